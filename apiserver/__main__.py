@@ -1,0 +1,104 @@
+"""`python -m apiserver`: the Kubernetes API server on etcd."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+import structlog
+import uvicorn
+
+from apiserver.endpoints.app import create_app
+from apiserver.server import APIServer, Options
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="apiserver", description="pyk8s API server")
+    p.add_argument("--etcd-servers", default="http://127.0.0.1:2379", help="comma-separated etcd client URLs")
+    p.add_argument("--etcd-prefix", default="/registry")
+    p.add_argument("--etcd-compaction-interval", type=float, default=300.0, help="seconds; 0 disables")
+    p.add_argument("--bind-address", default="0.0.0.0")
+    p.add_argument("--secure-port", type=int, default=6443, help="HTTPS port; 0 disables")
+    p.add_argument("--insecure-port", type=int, default=0, help="plain HTTP on 127.0.0.1 (tests); 0 disables")
+    p.add_argument("--tls-cert-file", default="")
+    p.add_argument("--tls-private-key-file", default="")
+    p.add_argument("--cert-dir", default="/var/run/pyk8s", help="where a self-signed cert is kept when none is given")
+    p.add_argument("--client-ca-file", default="")
+    p.add_argument("--advertise-address", default="127.0.0.1")
+    p.add_argument("--service-cluster-ip-range", default="10.96.0.0/12")
+    p.add_argument("--service-node-port-range", default="30000-32767")
+    p.add_argument("--v", type=int, default=0, help="log verbosity")
+    p.add_argument("--log-format", choices=("console", "json"), default="console")
+    return p.parse_args(argv)
+
+
+def _configure_logging(verbosity: int, fmt: str) -> None:
+    level = logging.DEBUG if verbosity >= 4 else logging.INFO
+    logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr)
+    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"), renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+    )
+
+
+async def serve(args: argparse.Namespace) -> None:
+    low, _, high = args.service_node_port_range.partition("-")
+    options = Options(
+        etcd_servers=[s.strip() for s in args.etcd_servers.split(",") if s.strip()],
+        etcd_prefix=args.etcd_prefix,
+        service_cluster_ip_range=args.service_cluster_ip_range,
+        service_node_port_range=(int(low), int(high or low)),
+        compaction_interval=args.etcd_compaction_interval or 10**9,
+        advertise_address=args.advertise_address,
+        secure_port=args.secure_port or args.insecure_port,
+    )
+    server = APIServer(options)
+    app = create_app(server)
+    configs = []
+    common = {"loop": "uvloop", "http": "httptools", "log_level": "warning", "access_log": False,
+              "timeout_graceful_shutdown": 5, "lifespan": "on"}
+    if args.secure_port:
+        cert, key = args.tls_cert_file, args.tls_private_key_file
+        if not cert or not key:
+            from services.runtime.pki import ensure_self_signed
+
+            cert_path, key_path = ensure_self_signed(Path(args.cert_dir), ["localhost", "127.0.0.1",
+                                                                           args.advertise_address])
+            cert, key = str(cert_path), str(key_path)
+        configs.append(uvicorn.Config(app, host=args.bind_address, port=args.secure_port, ssl_certfile=cert,
+                                      ssl_keyfile=key, ssl_ca_certs=args.client_ca_file or None, **common))
+    if args.insecure_port:
+        configs.append(uvicorn.Config(app, host="127.0.0.1", port=args.insecure_port,
+                                      **{**common, "lifespan": "off" if configs else "on"}))
+    if not configs:
+        raise SystemExit("apiserver: one of --secure-port or --insecure-port must be set")
+    servers = [uvicorn.Server(c) for c in configs]
+    if len(servers) == 1:
+        await servers[0].serve()
+        return
+    await server.start()
+    try:
+        servers[0].config.lifespan = "off"
+        await asyncio.gather(*(s.serve() for s in servers))
+    finally:
+        await server.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    _configure_logging(args.v, args.log_format)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""The ASGI application: routes, error bodies, health and metrics."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from apiserver.endpoints import discovery, openapi
+from apiserver.endpoints.resources import ResourceHandler, parse_path
+from services.api import errors
+
+log = structlog.get_logger("apiserver.http")
+
+KUBE_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-pyk8s.0"}
+
+
+def _status_response(err: errors.StatusError) -> Response:
+    return Response(orjson.dumps(err.to_status()), err.code, media_type="application/json")
+
+
+def version_info() -> dict[str, Any]:
+    return {
+        **KUBE_VERSION,
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-11-30T00:00:00Z",
+        "goVersion": f"python{platform.python_version()}",
+        "compiler": platform.python_implementation().lower(),
+        "platform": f"linux/{'arm64' if platform.machine() == 'aarch64' else 'amd64'}",
+    }
+
+
+def create_app(server: Any) -> FastAPI:
+    """Build the app around a running `apiserver.server.APIServer`."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await server.start()
+        try:
+            yield
+        finally:
+            await server.stop()
+
+    app = FastAPI(lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
+    app.state.server = server
+    app.state.catalog = server.catalog
+    app.state.catalog_generation = 0
+
+    @app.exception_handler(errors.StatusError)
+    async def status_error(request: Request, exc: errors.StatusError) -> Response:
+        return _status_response(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 405:
+            return _status_response(errors.method_not_allowed())
+        return _status_response(errors.StatusError(
+            exc.status_code, "NotFound" if exc.status_code == 404 else "BadRequest",
+            "the server could not find the requested resource" if exc.status_code == 404 else str(exc.detail),
+            {} if exc.status_code == 404 else None,
+        ))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error", path=request.url.path, method=request.method)
+        return _status_response(errors.internal(f"{type(exc).__name__}: {exc}"))
+
+    @app.middleware("http")
+    async def readiness_gate(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        path = request.url.path
+        if path.startswith(("/api", "/apis")) and not server.ready:
+            return _status_response(errors.StatusError(503, "ServiceUnavailable", "the apiserver is starting"))
+        return await call_next(request)
+
+    handler = ResourceHandler(server.stores)
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+    async def serve(request: Request, legacy: bool, path: str) -> Response:
+        parts = [p for p in path.split("/") if p] if path else []
+        target = parse_path(server.catalog, legacy, parts)
+        if target is None:
+            if request.method != "GET":
+                raise errors.method_not_allowed()
+            return discovery_response(request, legacy, parts)
+        if request.method not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+            raise errors.method_not_allowed()
+        return await handler.handle(request, target)
+
+    def discovery_response(request: Request, legacy: bool, parts: list[str]) -> Response:
+        catalog = server.catalog
+        accept = request.headers.get("accept")
+        if not parts:
+            agg = discovery.wants_aggregated(accept)
+            if agg is not None:
+                version, content_type = agg
+                body = discovery.aggregated(catalog, legacy, version)
+                return Response(orjson.dumps(body), 200, media_type=content_type)
+            if legacy:
+                host = request.headers.get("host", "")
+                return Response(orjson.dumps(discovery.api_versions(host)), media_type="application/json")
+            return Response(orjson.dumps(discovery.api_group_list(catalog)), media_type="application/json")
+        doc: dict[str, Any] | None
+        if legacy:
+            doc = discovery.api_resource_list(catalog, "", parts[0]) if len(parts) == 1 else None
+        elif len(parts) == 1:
+            doc = discovery.api_group_doc(catalog, parts[0])
+        else:
+            doc = discovery.api_resource_list(catalog, parts[0], parts[1])
+        if doc is None:
+            raise errors.StatusError(404, "NotFound", "the server could not find the requested resource", {})
+        return Response(orjson.dumps(doc), media_type="application/json")
+
+    @app.api_route("/api", methods=methods)
+    async def api_root(request: Request) -> Response:
+        return await serve(request, True, "")
+
+    @app.api_route("/api/{path:path}", methods=methods)
+    async def api_path(request: Request, path: str) -> Response:
+        return await serve(request, True, path)
+
+    @app.api_route("/apis", methods=methods)
+    async def apis_root(request: Request) -> Response:
+        return await serve(request, False, "")
+
+    @app.api_route("/apis/{path:path}", methods=methods)
+    async def apis_path(request: Request, path: str) -> Response:
+        return await serve(request, False, path)
+
+    @app.get("/version")
+    async def version() -> Response:
+        return Response(orjson.dumps(version_info()), media_type="application/json")
+
+    async def health(request: Request, checks: dict[str, bool]) -> Response:
+        failed = [name for name, ok in checks.items() if not ok]
+        verbose = "verbose" in request.query_params
+        if verbose:
+            lines = [f"[{'-' if name in failed else '+'}]{name} {'failed' if name in failed else 'ok'}"
+                     for name in checks]
+            lines.append("healthz check failed" if failed else "healthz check passed")
+            return Response("\n".join(lines) + "\n", 500 if failed else 200, media_type="text/plain")
+        return Response("ok" if not failed else "healthz check failed", 500 if failed else 200,
+                        media_type="text/plain")
+
+    @app.get("/healthz")
+    async def healthz(request: Request) -> Response:
+        return await health(request, {"ping": True, "etcd": server.etcd_healthy})
+
+    @app.get("/livez")
+    async def livez(request: Request) -> Response:
+        return await health(request, {"ping": True})
+
+    @app.get("/readyz")
+    async def readyz(request: Request) -> Response:
+        return await health(request, {"ping": True, "etcd": server.etcd_healthy, "informer-sync": server.ready,
+                                      "poststarthook/bootstrap": server.bootstrapped})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    app.include_router(openapi.router)
+    return app

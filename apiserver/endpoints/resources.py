@@ -1,0 +1,586 @@
+"""Resource paths: parse `/api/v1/...` and `/apis/<group>/<version>/...` and run the verb.
+
+The catalog decides what exists; nothing here knows a particular resource except
+the few subresources with their own shape (scale, binding, eviction).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from fastapi import Request
+from fastapi.responses import Response, StreamingResponse
+from prometheus_client import Counter, Histogram
+
+from apiserver.endpoints import fieldvalidation, tables
+from apiserver.endpoints.negotiation import PATCH_TYPES, Representation, decode_body, media_type, negotiate, to_yaml
+from apiserver.endpoints.watch import WatchStream, error_event
+from apiserver.registry.store import DeleteOptions, ListOptions, RESTStore, WriteOptions, apply_patch
+from apiserver.storage.cache import Entry
+from services.api import errors
+from services.api.catalog import Resource
+from services.api.meta import now_rfc3339
+from services.api.selectors import FieldSelector, LabelSelector
+
+REQUESTS = Counter(
+    "apiserver_request_total", "API requests by verb, group, resource and code.",
+    ["verb", "group", "resource", "subresource", "code"],
+)
+LATENCY = Histogram(
+    "apiserver_request_duration_seconds", "API request latency by verb and resource (watches excluded).",
+    ["verb", "group", "resource", "subresource"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+
+NAMESPACE_SUBRESOURCES = ("status", "finalize")
+SCALE_SUBRESOURCES = ("scale",)
+
+
+@dataclass
+class Target:
+    """What a resource path names."""
+
+    res: Resource
+    namespace: str | None
+    name: str | None
+    subresource: str
+    legacy_watch: bool = False
+
+
+def parse_path(catalog: Any, legacy: bool, parts: list[str]) -> Target | None:
+    """Resolve path segments after `/api` (legacy) or `/apis` to a target, or None for a discovery path."""
+    if legacy:
+        if not parts:
+            return None
+        group, version, rest = "", parts[0], parts[1:]
+    else:
+        if len(parts) < 2:
+            return None
+        group, version, rest = parts[0], parts[1], parts[2:]
+    if not rest:
+        return None
+    legacy_watch = False
+    if rest[0] == "watch":
+        legacy_watch = True
+        rest = rest[1:]
+        if not rest:
+            raise errors.not_found("", "", "watch")
+    namespace: str | None = None
+    if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in NAMESPACE_SUBRESOURCES:
+        namespace = rest[1]
+        rest = rest[2:]
+    plural = rest[0]
+    res = catalog.get(group, version, plural)
+    if res is None:
+        raise errors.StatusError(
+            404, "NotFound", "the server could not find the requested resource", {}
+        )
+    name = rest[1] if len(rest) > 1 else None
+    sub = "/".join(rest[2:]) if len(rest) > 2 else ""
+    if sub and sub.split("/", 1)[0] not in res.subresources:
+        raise errors.StatusError(404, "NotFound", "the server could not find the requested resource", {})
+    if name == "":
+        name = None
+    if res.namespaced and namespace is None and name is not None and plural != "namespaces":
+        raise errors.StatusError(404, "NotFound", "the server could not find the requested resource", {})
+    if not res.namespaced and namespace is not None:
+        raise errors.StatusError(404, "NotFound", "the server could not find the requested resource", {})
+    return Target(res, namespace, name, sub, legacy_watch)
+
+
+def _bool(value: str | None) -> bool:
+    return (value or "").lower() in ("true", "1")
+
+
+def _int(params: Any, name: str) -> int | None:
+    value = params.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise errors.bad_request(f'invalid value for {name}: "{value}": must be an integer') from exc
+
+
+def _selectors(params: Any) -> tuple[LabelSelector | None, FieldSelector | None]:
+    labels = fields = None
+    if params.get("labelSelector"):
+        try:
+            labels = LabelSelector.parse(params["labelSelector"])
+        except ValueError as exc:
+            raise errors.bad_request(f"unable to parse requirement: {exc}" if "requirement" not in str(exc)
+                                     else str(exc)) from exc
+    if params.get("fieldSelector"):
+        try:
+            fields = FieldSelector.parse(params["fieldSelector"])
+        except ValueError as exc:
+            raise errors.bad_request(str(exc)) from exc
+    return labels, fields
+
+
+def _dry_run(params: Any) -> bool:
+    values = params.getlist("dryRun")
+    for v in values:
+        if v != "All":
+            raise errors.bad_request(f'dryRun: Unsupported value: "{v}": supported values: "All"')
+    return bool(values)
+
+
+class ResourceHandler:
+    """Runs one request against the right `RESTStore`."""
+
+    def __init__(self, stores: dict[tuple[str, str, str], RESTStore]) -> None:
+        self.stores = stores
+
+    def store(self, res: Resource) -> RESTStore:
+        return self.stores[(res.group, res.version, res.plural)]
+
+    async def handle(self, request: Request, target: Target) -> Response:
+        method = request.method
+        verb = self._verb(method, target, request.query_params)
+        started = time.monotonic()
+        code = 500
+        try:
+            response = await self._dispatch(request, target, verb)
+            code = response.status_code
+            return response
+        except errors.StatusError as exc:
+            code = exc.code
+            raise
+        finally:
+            labels = (verb, target.res.group, target.res.plural, target.subresource)
+            REQUESTS.labels(*labels, str(code)).inc()
+            if verb != "watch":
+                LATENCY.labels(*labels).observe(time.monotonic() - started)
+
+    @staticmethod
+    def _verb(method: str, target: Target, params: Any) -> str:
+        if method == "GET":
+            if target.legacy_watch or _bool(params.get("watch")):
+                return "watch"
+            return "get" if target.name else "list"
+        if method == "POST":
+            return "create"
+        if method == "PUT":
+            return "update"
+        if method == "PATCH":
+            return "patch"
+        if method == "DELETE":
+            return "delete" if target.name else "deletecollection"
+        return method.lower()
+
+    async def _dispatch(self, request: Request, target: Target, verb: str) -> Response:
+        res = target.res
+        store = self.store(res)
+        params = request.query_params
+        sub = target.subresource
+        rep = negotiate(request.headers.get("accept"), is_list=target.name is None,
+                        include_object=params.get("includeObject", "Metadata"))
+        if sub:
+            return await self._subresource(request, target, store, verb, rep)
+        if verb not in res.verbs:
+            raise errors.method_not_allowed()
+        ns, name = target.namespace, target.name
+        if verb == "get":
+            obj = await store.get(ns, name or "", params.get("resourceVersion", ""))
+            return self._object(obj, rep, res)
+        if verb in ("list", "watch"):
+            labels, fields = _selectors(params)
+            opts = ListOptions(
+                labels,
+                fields,
+                params.get("resourceVersion", ""),
+                params.get("resourceVersionMatch", ""),
+                _int(params, "limit") or 0,
+                params.get("continue", ""),
+            )
+            if verb == "watch":
+                return await self._watch(request, target, store, opts, rep)
+            items, list_meta = await store.list(ns, opts)
+            return self._list(store, items, list_meta, rep)
+        dry_run = _dry_run(params)
+        wopts = WriteOptions(dry_run=dry_run, field_manager=params.get("fieldManager", ""))
+        if verb == "create":
+            if name:
+                raise errors.method_not_allowed()
+            body, warnings = await self._body(request, res)
+            obj = await store.create(ns, body, wopts)
+            return self._object(obj, rep, res, 201, warnings)
+        if verb == "update":
+            body, warnings = await self._body(request, res)
+            obj, created = await store.update(ns, name or "", body, wopts)
+            return self._object(obj, rep, res, 201 if created else 200, warnings)
+        if verb == "patch":
+            patch_type, patch = await self._patch_body(request)
+            obj = await store.patch(ns, name or "", patch_type, patch, wopts)
+            return self._object(obj, rep, res, 200)
+        if verb == "delete":
+            dopts = await self._delete_options(request, dry_run)
+            obj, gone = await store.delete(ns, name or "", dopts)
+            if gone and not store.strategy.graceful:
+                return self._json(self._success(res, obj))
+            return self._object(obj, rep, res, 200)
+        if verb == "deletecollection":
+            labels, fields = _selectors(params)
+            dopts = await self._delete_options(request, dry_run)
+            deleted = await store.delete_collection(ns, ListOptions(labels, fields), dopts)
+            return self._list(store, deleted, {"resourceVersion": ""}, rep)
+        raise errors.method_not_allowed()
+
+    # -- bodies -------------------------------------------------------------------
+    async def _raw(self, request: Request) -> bytes:
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > 3 * 1024 * 1024:
+            raise errors.too_large()
+        raw = b""
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > 3 * 1024 * 1024:
+                raise errors.too_large()
+        return raw
+
+    async def _body(self, request: Request, res: Resource) -> tuple[Any, list[str]]:
+        raw = await self._raw(request)
+        content_type = request.headers.get("content-type")
+        body = decode_body(raw, content_type)
+        mode = request.query_params.get("fieldValidation", "Warn") or "Warn"
+        if mode not in ("Strict", "Warn", "Ignore"):
+            raise errors.bad_request(
+                f'fieldValidation: Unsupported value: "{mode}": supported values: "Ignore", "Warn", "Strict"'
+            )
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request was not a JSON object")
+        unknown = fieldvalidation.prune_unknown_fields(res.api_version, res.kind, body)
+        if mode == "Ignore":
+            return body, []
+        duplicates = fieldvalidation.duplicate_fields(raw, media_type(content_type).endswith("yaml"))
+        if mode == "Strict" and (unknown or duplicates):
+            raise fieldvalidation.field_validation_error(unknown, duplicates)
+        return body, fieldvalidation.warnings(unknown, duplicates)
+
+    async def _patch_body(self, request: Request) -> tuple[str, Any]:
+        mt = media_type(request.headers.get("content-type"))
+        patch_type = PATCH_TYPES.get(mt)
+        if patch_type is None:
+            raise errors.StatusError(
+                415, "UnsupportedMediaType",
+                f"the server does not support the patch type {mt!r}; supported: " + ", ".join(PATCH_TYPES),
+            )
+        if patch_type == "apply":
+            raise errors.StatusError(415, "UnsupportedMediaType",
+                                     "server-side apply (application/apply-patch+yaml) is not supported yet")
+        raw = await self._raw(request)
+        return patch_type, decode_body(raw, "application/json")
+
+    async def _delete_options(self, request: Request, dry_run: bool) -> DeleteOptions:
+        params = request.query_params
+        opts = DeleteOptions(dry_run=dry_run)
+        raw = await self._raw(request)
+        body: dict[str, Any] = {}
+        if raw.strip():
+            decoded = decode_body(raw, request.headers.get("content-type"))
+            if not isinstance(decoded, dict):
+                raise errors.bad_request("DeleteOptions must be a JSON object")
+            body = decoded
+        grace = body.get("gracePeriodSeconds")
+        q_grace = _int(params, "gracePeriodSeconds")
+        opts.grace_period = q_grace if q_grace is not None else (int(grace) if grace is not None else None)
+        opts.propagation = params.get("propagationPolicy") or body.get("propagationPolicy")
+        orphan = params.get("orphanDependents")
+        if orphan is not None:
+            opts.orphan_dependents = _bool(orphan)
+        elif body.get("orphanDependents") is not None:
+            opts.orphan_dependents = bool(body["orphanDependents"])
+        pre = body.get("preconditions") or {}
+        if not isinstance(pre, dict):
+            raise errors.bad_request("preconditions must be an object")
+        opts.precondition_uid = pre.get("uid")
+        opts.precondition_rv = pre.get("resourceVersion")
+        if body.get("dryRun") and not dry_run:
+            opts.dry_run = body["dryRun"] == ["All"]
+        return opts
+
+    # -- responses ----------------------------------------------------------------
+    @staticmethod
+    def _json(obj: Any, status: int = 200, warnings: list[str] | None = None) -> Response:
+        headers = {"Warning": ", ".join(warnings)} if warnings else None
+        return Response(orjson.dumps(obj), status, headers=headers, media_type="application/json")
+
+    def _object(
+        self, obj: dict[str, Any], rep: Representation, res: Resource, status: int = 200,
+        warnings: list[str] | None = None,
+    ) -> Response:
+        headers = {"Warning": ", ".join(warnings)} if warnings else None
+        if rep.form == "Table":
+            body: Any = tables.to_table(res, [obj], include_object=rep.include_object)
+        elif rep.form == "PartialObjectMetadata":
+            body = tables.partial_object_metadata(obj)
+        else:
+            body = obj
+        if rep.yaml:
+            return Response(to_yaml(body), status, headers=headers, media_type="application/yaml")
+        return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
+
+    def _list(
+        self, store: RESTStore, items: list[Entry | dict[str, Any]], list_meta: dict[str, Any], rep: Representation
+    ) -> Response:
+        res = store.res
+        if rep.form != "object":
+            objs = [store.out(i.obj) if isinstance(i, Entry) else store.out(i) for i in items]
+            if rep.form == "Table":
+                body: Any = tables.to_table(res, objs, list_meta=list_meta, include_object=rep.include_object)
+            else:
+                body = tables.partial_object_metadata_list(objs, list_meta)
+            if rep.yaml:
+                return Response(to_yaml(body), 200, media_type="application/yaml")
+            return Response(orjson.dumps(body), 200, media_type="application/json")
+        if rep.yaml:
+            objs = [store.out(i.obj) if isinstance(i, Entry) else store.out(i) for i in items]
+            body = {"kind": res.list_kind, "apiVersion": res.api_version, "metadata": list_meta, "items": objs}
+            return Response(to_yaml(body), 200, media_type="application/yaml")
+        parts: list[bytes] = []
+        for item in items:
+            if isinstance(item, Entry) and not store._converts:
+                parts.append(item.encoded())
+            else:
+                obj = item.obj if isinstance(item, Entry) else item
+                parts.append(orjson.dumps(store.out(obj)))
+        head = orjson.dumps({"kind": res.list_kind, "apiVersion": res.api_version, "metadata": list_meta})
+        payload = head[:-1] + b',"items":[' + b",".join(parts) + b"]}"
+        return Response(payload, 200, media_type="application/json")
+
+    @staticmethod
+    def _success(res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        m = obj.get("metadata", {})
+        details: dict[str, Any] = {"name": m.get("name", ""), "kind": res.plural, "uid": m.get("uid", "")}
+        if res.group:
+            details["group"] = res.group
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+
+    # -- watch ----------------------------------------------------------------------
+    async def _watch(
+        self, request: Request, target: Target, store: RESTStore, opts: ListOptions, rep: Representation
+    ) -> Response:
+        params = request.query_params
+        pred = store.predicate(opts)
+        name = target.name
+        if not name and opts.field_selector is not None:
+            for fname, op, value in opts.field_selector.requirements:
+                if fname == "metadata.name" and op in ("=", "=="):
+                    name = value
+        send_initial = params.get("sendInitialEvents")
+        send_initial_events = None if send_initial is None else _bool(send_initial)
+        allow_bookmarks = _bool(params.get("allowWatchBookmarks"))
+        if send_initial_events:
+            if opts.resource_version_match != "NotOlderThan":
+                raise errors.invalid("ListOptions", "meta.k8s.io", "", [errors.cause(
+                    "resourceVersionMatch",
+                    "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                    "FieldValueForbidden")])
+            if not allow_bookmarks:
+                raise errors.invalid("ListOptions", "meta.k8s.io", "", [errors.cause(
+                    "allowWatchBookmarks",
+                    "Required value: sendInitialEvents requires setting allowWatchBookmarks to true",
+                    "FieldValueRequired")])
+        render = None
+        if rep.form == "Table":
+            res = target.res
+
+            def render(obj: dict[str, Any], first: bool) -> bytes:
+                return orjson.dumps(tables.to_table(res, [obj], with_columns=first,
+                                                    include_object=rep.include_object))
+        elif rep.form == "PartialObjectMetadata" or rep.form == "PartialObjectMetadataList":
+            def render(obj: dict[str, Any], first: bool) -> bytes:
+                return orjson.dumps(tables.partial_object_metadata(obj))
+        stream = WatchStream(
+            store,
+            target.namespace,
+            name,
+            pred,
+            opts.resource_version,
+            send_initial_events,
+            allow_bookmarks,
+            _int(params, "timeoutSeconds"),
+            render,
+        )
+        try:
+            await stream.prepare()
+        except errors.StatusError as exc:
+            if exc.code != 410:
+                raise
+            stream.close()
+            return Response(error_event(exc), 200, media_type="application/json")
+        return StreamingResponse(stream.events(), 200, media_type="application/json",
+                                 headers={"Transfer-Encoding": "chunked"})
+
+    # -- subresources -----------------------------------------------------------------
+    async def _subresource(
+        self, request: Request, target: Target, store: RESTStore, verb: str, rep: Representation
+    ) -> Response:
+        res, ns, name, sub = target.res, target.namespace, target.name or "", target.subresource
+        params = request.query_params
+        wopts = WriteOptions(dry_run=_dry_run(params), field_manager=params.get("fieldManager", ""))
+        if sub in ("status", "finalize"):
+            if verb == "get" and sub == "status":
+                return self._object(await store.get(ns, name), rep, res)
+            if verb == "update":
+                body, warnings = await self._body(request, res)
+                obj, _ = await store.update(ns, name, body, wopts, subresource=sub)
+                return self._object(obj, rep, res, 200, warnings)
+            if verb == "patch" and sub == "status":
+                patch_type, patch = await self._patch_body(request)
+                obj = await store.patch(ns, name, patch_type, patch, wopts, subresource="status")
+                return self._object(obj, rep, res)
+            raise errors.method_not_allowed()
+        if sub == "scale" and res.scale is not None:
+            return await self._scale(request, store, ns, name, verb, wopts)
+        if sub == "binding" and verb == "create":
+            raw = await self._raw(request)
+            binding = decode_body(raw, request.headers.get("content-type"))
+            await self.bind(store, ns, name, binding, wopts)
+            return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                               "code": 201}, 201)
+        if sub == "eviction" and verb == "create":
+            return await self._evict(request, store, ns, name, wopts)
+        raise errors.StatusError(
+            405 if sub in res.subresources else 404, "MethodNotAllowed" if sub in res.subresources else "NotFound",
+            f"the server does not serve {verb} on {res.plural}/{sub} yet",
+        )
+
+    async def bind(self, store: RESTStore, ns: str | None, name: str, binding: Any, wopts: WriteOptions) -> None:
+        if not isinstance(binding, dict) or not isinstance(binding.get("target"), dict):
+            raise errors.bad_request("a Binding with a target is required")
+        node = binding["target"].get("name") or ""
+        if not node:
+            raise errors.invalid("Binding", "", name, [errors.cause("target.name", "Required value",
+                                                                     "FieldValueRequired")])
+        bmeta = binding.get("metadata") or {}
+
+        def assign(pod: dict[str, Any]) -> dict[str, Any]:
+            spec = pod.setdefault("spec", {})
+            if pod["metadata"].get("deletionTimestamp"):
+                raise errors.conflict("pods", "", name, "pod is being deleted, cannot be assigned to a host")
+            if spec.get("nodeName"):
+                raise errors.conflict("pods", "", name,
+                                      f'pod {name} is already assigned to node "{spec["nodeName"]}"')
+            uid = bmeta.get("uid")
+            if uid and uid != pod["metadata"].get("uid"):
+                raise errors.conflict("pods", "", name, "Precondition failed: UID in precondition: "
+                                      f"{uid}, UID in object meta: {pod['metadata'].get('uid')}")
+            spec["nodeName"] = node
+            annotations = bmeta.get("annotations")
+            if annotations:
+                pod["metadata"].setdefault("annotations", {}).update(annotations)
+            status = pod.setdefault("status", {})
+            conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                               "lastTransitionTime": now_rfc3339()})
+            status["conditions"] = conditions
+            return pod
+
+        await store.mutate(ns, name, assign, wopts)
+
+    async def _scale(
+        self, request: Request, store: RESTStore, ns: str | None, name: str, verb: str, wopts: WriteOptions
+    ) -> Response:
+        scale_spec = store.res.scale
+        assert scale_spec is not None
+
+        def to_scale(obj: dict[str, Any]) -> dict[str, Any]:
+            m = obj["metadata"]
+            spec, status = obj.get("spec") or {}, obj.get("status") or {}
+            selector = ""
+            if scale_spec.label_selector == ".spec.selector":
+                sel = spec.get("selector") or {}
+                selector = ",".join(f"{k}={v}" for k, v in sorted(sel.items()))
+            else:
+                sel_obj = spec.get("selector")
+                if isinstance(sel_obj, dict):
+                    try:
+                        selector = str(LabelSelector.from_dict(sel_obj))
+                    except ValueError:
+                        selector = ""
+            return {
+                "kind": "Scale", "apiVersion": "autoscaling/v1",
+                "metadata": {k: m[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                             if k in m},
+                "spec": {"replicas": int(spec.get("replicas", 0) or 0)},
+                "status": {"replicas": int(status.get("replicas", 0) or 0), "selector": selector},
+            }
+
+        if verb == "get":
+            return self._json(to_scale(await store.get(ns, name)))
+        if verb not in ("update", "patch"):
+            raise errors.method_not_allowed()
+        if verb == "update":
+            raw = await self._raw(request)
+            body = decode_body(raw, request.headers.get("content-type"))
+            patch_type, patch = "", body
+        else:
+            patch_type, patch = await self._patch_body(request)
+
+        def rescale(obj: dict[str, Any]) -> dict[str, Any]:
+            current = to_scale(obj)
+            wanted = patch if patch_type == "" else apply_patch(patch_type, current, patch)
+            if not isinstance(wanted, dict):
+                raise errors.bad_request("a Scale object is required")
+            rv = (wanted.get("metadata") or {}).get("resourceVersion")
+            if rv and rv != obj["metadata"].get("resourceVersion"):
+                raise errors.conflict(store.res.plural, store.res.group, name, errors.STALE_WRITE)
+            replicas = (wanted.get("spec") or {}).get("replicas")
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+                raise errors.invalid("Scale", "autoscaling", name, [errors.cause(
+                    "spec.replicas", f"Invalid value: {replicas}: must be greater than or equal to 0")])
+            obj.setdefault("spec", {})["replicas"] = replicas
+            return obj
+
+        obj = await store.mutate(ns, name, rescale, wopts)
+        return self._json(to_scale(obj))
+
+    async def _evict(
+        self, request: Request, store: RESTStore, ns: str | None, name: str, wopts: WriteOptions
+    ) -> Response:
+        raw = await self._raw(request)
+        eviction = decode_body(raw, request.headers.get("content-type")) if raw.strip() else {}
+        if not isinstance(eviction, dict):
+            raise errors.bad_request("an Eviction object is required")
+        pod = await store.get(ns, name)
+        blocking = self._blocking_budget(pod)
+        if blocking is not None and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+            raise errors.StatusError(
+                429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
+                {"causes": [{"reason": "DisruptionBudget", "message": f"The disruption budget {blocking} needs "
+                             "more healthy pods and does not allow this eviction."}]},
+            )
+        delete_options = eviction.get("deleteOptions") or {}
+        opts = DeleteOptions(dry_run=wopts.dry_run)
+        if delete_options.get("gracePeriodSeconds") is not None:
+            opts.grace_period = int(delete_options["gracePeriodSeconds"])
+        pre = delete_options.get("preconditions") or {}
+        opts.precondition_uid = pre.get("uid")
+        opts.precondition_rv = pre.get("resourceVersion")
+        await store.delete(ns, name, opts)
+        return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                           "code": 201}, 201)
+
+    def _blocking_budget(self, pod: dict[str, Any]) -> str | None:
+        """The name of a PodDisruptionBudget covering `pod` that allows no disruption now."""
+        pdb_store = self.stores.get(("policy", "v1", "poddisruptionbudgets"))
+        if pdb_store is None:
+            return None
+        ns = pod["metadata"].get("namespace")
+        labels = pod["metadata"].get("labels") or {}
+        for key, entry in pdb_store.cache.entries.items():
+            if not key.startswith(pdb_store.ns_prefix(ns)):
+                continue
+            pdb = entry.obj
+            try:
+                selector = LabelSelector.from_dict((pdb.get("spec") or {}).get("selector"))
+            except ValueError:
+                continue
+            if selector.matches(labels) and int((pdb.get("status") or {}).get("disruptionsAllowed", 0) or 0) <= 0:
+                return pdb["metadata"]["name"]
+        return None

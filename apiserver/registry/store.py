@@ -1,0 +1,715 @@
+"""The generic REST store: every verb on every resource, the same way upstream's
+`genericregistry.Store` does it, with the resource's `Strategy` filling in what differs.
+
+Stored objects never carry `metadata.resourceVersion`: it is the etcd revision of the
+key and is added on the way out. Every write is a compare-and-swap, so a failed
+request changes nothing and a stale one gets 409.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import ipaddress
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+
+from apiserver.registry import conversion
+from apiserver.registry.strategy import Obj, Strategy
+from apiserver.storage.cache import Entry, ResourceCache, WatchCache, decode
+from apiserver.storage.etcd import Compacted, EtcdStore, KeyExists, RevisionMismatch
+from services.api import errors
+from services.api.catalog import Resource
+from services.api.meta import generate_name, new_uid, now_rfc3339
+from services.api.patch import PatchError, json_merge_patch, json_patch
+from services.api.selectors import FieldSelector, LabelSelector
+
+MAX_ALLOCATION_ATTEMPTS = 32
+CONSISTENT_READ_WAIT = 3.0
+
+
+@dataclass
+class ServerContext:
+    """What every resource store shares: storage, cache, options."""
+
+    etcd: EtcdStore
+    cache: WatchCache
+    root: str = "/registry/"
+    service_cidr: ipaddress.IPv4Network = field(default_factory=lambda: ipaddress.IPv4Network("10.96.0.0/12"))
+    node_port_range: tuple[int, int] = (30000, 32767)
+
+    async def taken(self, prefix: str) -> set[str]:
+        """Allocation keys currently held under `prefix`, read from etcd (never from a cache)."""
+        out: set[str] = set()
+        start: str | None = None
+        while True:
+            kvs, _, more = await self.etcd.list(prefix, limit=10000, start=start)
+            out.update(kv.key for kv in kvs)
+            if not more or not kvs:
+                return out
+            start = kvs[-1].key + "\0"
+
+
+@dataclass
+class ListOptions:
+    label_selector: LabelSelector | None = None
+    field_selector: FieldSelector | None = None
+    resource_version: str = ""
+    resource_version_match: str = ""
+    limit: int = 0
+    continue_token: str = ""
+
+
+@dataclass
+class WriteOptions:
+    dry_run: bool = False
+    field_manager: str = ""
+
+
+@dataclass
+class DeleteOptions:
+    grace_period: int | None = None
+    propagation: str | None = None
+    orphan_dependents: bool | None = None
+    precondition_uid: str | None = None
+    precondition_rv: str | None = None
+    dry_run: bool = False
+
+
+def _timestamp_in(seconds: int) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def encode_continue(revision: int, start_key: str) -> str:
+    token = orjson.dumps({"v": "meta.k8s.io/v1", "rv": revision, "start": start_key})
+    return base64.urlsafe_b64encode(token).decode().rstrip("=")
+
+
+def decode_continue(token: str) -> tuple[int, str]:
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        data = orjson.loads(base64.urlsafe_b64decode(padded))
+        if data.get("v") != "meta.k8s.io/v1":
+            raise ValueError("bad version")
+        return int(data["rv"]), str(data["start"])
+    except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
+        raise errors.bad_request(f"continue key is not valid: {exc}") from exc
+
+
+class RESTStore:
+    """All verbs of one served resource (one group/version/plural)."""
+
+    def __init__(self, res: Resource, strategy: Strategy, ctx: ServerContext) -> None:
+        self.res = res
+        self.strategy = strategy
+        self.ctx = ctx
+        self.prefix = f"{ctx.root}{res.etcd_prefix}/"
+        self.cache: ResourceCache = ctx.cache.register(self.prefix)
+        self._converts = res.version != res.stored_version or res.custom
+
+    # -- keys and conversion ------------------------------------------------------
+    def key(self, namespace: str | None, name: str) -> str:
+        if self.res.namespaced:
+            return f"{self.prefix}{namespace}/{name}"
+        return f"{self.prefix}{name}"
+
+    def ns_prefix(self, namespace: str | None) -> str:
+        if self.res.namespaced and namespace:
+            return f"{self.prefix}{namespace}/"
+        return self.prefix
+
+    def out(self, obj: Obj) -> Obj:
+        """A stored object as this resource's version shows it."""
+        if self._converts:
+            return conversion.from_storage(self.res, obj)
+        return obj
+
+    def _encode(self, obj: Obj) -> bytes:
+        stored = conversion.to_storage(self.res, obj) if self._converts else obj
+        m = stored.get("metadata", {})
+        if "resourceVersion" in m or "selfLink" in m:
+            stored = dict(stored)
+            stored["metadata"] = {k: v for k, v in m.items() if k not in ("resourceVersion", "selfLink")}
+        return orjson.dumps(stored)
+
+    def _not_found(self, name: str) -> errors.StatusError:
+        return errors.not_found(self.res.plural, self.res.group, name)
+
+    def _conflict(self, name: str, why: str = errors.STALE_WRITE) -> errors.StatusError:
+        return errors.conflict(self.res.plural, self.res.group, name, why)
+
+    def _invalid(self, name: str, causes: list[dict[str, str]]) -> errors.StatusError:
+        return errors.invalid(self.res.kind, self.res.group, name, causes)
+
+    # -- reads ----------------------------------------------------------------
+    async def _read(self, namespace: str | None, name: str) -> tuple[Obj, int]:
+        kv = await self.ctx.etcd.get(self.key(namespace, name))
+        if kv is None:
+            raise self._not_found(name)
+        return decode(kv.value, kv.mod_revision), kv.mod_revision
+
+    async def get(self, namespace: str | None, name: str, resource_version: str = "") -> Obj:
+        if resource_version:
+            rv = self._parse_rv(resource_version)
+            if rv:
+                await self.ctx.cache.wait_for(rv, CONSISTENT_READ_WAIT)
+            entry = self.cache.entries.get(self.key(namespace, name))
+            if entry is None:
+                raise self._not_found(name)
+            return self.out(entry.obj)
+        obj, _ = await self._read(namespace, name)
+        return self.out(obj)
+
+    @staticmethod
+    def _parse_rv(value: str) -> int:
+        try:
+            rv = int(value)
+            if rv < 0:
+                raise ValueError
+            return rv
+        except ValueError as exc:
+            raise errors.bad_request(
+                f'resourceVersion: Invalid value: "{value}": must be a non-negative integer'
+            ) from exc
+
+    def predicate(self, opts: ListOptions) -> Callable[[Obj], bool] | None:
+        """The selector test an object must pass, or None when nothing is selected out."""
+        labels = opts.label_selector if opts.label_selector and not opts.label_selector.empty else None
+        fields = opts.field_selector if opts.field_selector and opts.field_selector.requirements else None
+        if fields is not None:
+            supported = set(self.strategy.field_set({"metadata": {}}))
+            for fname, _, _ in fields.requirements:
+                if fname not in supported:
+                    raise errors.bad_request(f'field label not supported: {fname}')
+        if labels is None and fields is None:
+            return None
+        field_set = self.strategy.field_set
+
+        def test(obj: Obj) -> bool:
+            if labels is not None and not labels.matches(obj.get("metadata", {}).get("labels")):
+                return False
+            if fields is not None and not fields.matches(field_set(obj)):
+                return False
+            return True
+
+        return test
+
+    async def list(self, namespace: str | None, opts: ListOptions) -> tuple[list[Entry | Obj], dict[str, Any]]:
+        """Matching objects (cache entries or decoded objects) and the list metadata."""
+        pred = self.predicate(opts)
+        rv_match = opts.resource_version_match
+        if rv_match and rv_match not in ("NotOlderThan", "Exact"):
+            raise errors.bad_request(
+                f'resourceVersionMatch: Unsupported value: "{rv_match}": supported values: "Exact", "NotOlderThan"'
+            )
+        if rv_match and not opts.resource_version:
+            raise errors.bad_request("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless "
+                                     "resourceVersion is provided")
+        if opts.continue_token and opts.resource_version not in ("", "0"):
+            raise errors.bad_request("specifying resource version is not allowed when using continue")
+        if opts.continue_token or (opts.limit > 0 and opts.resource_version != "0") or rv_match == "Exact":
+            return await self._list_etcd(namespace, opts, pred)
+        rv = self._parse_rv(opts.resource_version) if opts.resource_version else None
+        if rv is None:
+            current = await self.ctx.etcd.current_revision()
+            if not await self.ctx.cache.wait_for(current, CONSISTENT_READ_WAIT):
+                return await self._list_etcd(namespace, opts, pred)
+        elif rv > 0 and not await self.ctx.cache.wait_for(rv, CONSISTENT_READ_WAIT):
+            raise errors.timeout(f"Too large resource version: {rv}, current: {self.ctx.cache.revision}")
+        return self._list_cache(namespace, pred), {"resourceVersion": str(self.ctx.cache.revision)}
+
+    def _list_cache(self, namespace: str | None, pred: Callable[[Obj], bool] | None) -> list[Entry | Obj]:
+        entries = self.cache.entries
+        prefix = self.ns_prefix(namespace)
+        keys = self.cache.sorted_keys()
+        if prefix != self.prefix:
+            keys = [k for k in keys if k.startswith(prefix)]
+        out: list[Entry | Obj] = []
+        for k in keys:
+            entry = entries[k]
+            if pred is None or pred(entry.obj):
+                out.append(entry)
+        return out
+
+    async def _list_etcd(
+        self, namespace: str | None, opts: ListOptions, pred: Callable[[Obj], bool] | None
+    ) -> tuple[list[Entry | Obj], dict[str, Any]]:
+        prefix = self.ns_prefix(namespace)
+        revision = 0
+        start: str | None = None
+        if opts.continue_token:
+            revision, start_rel = decode_continue(opts.continue_token)
+            start = prefix + start_rel
+        elif opts.resource_version and opts.resource_version_match == "Exact":
+            revision = self._parse_rv(opts.resource_version)
+        limit = opts.limit
+        out: list[Entry | Obj] = []
+        last_key = ""
+        more = False
+        while True:
+            batch = limit - len(out) if limit > 0 else 0
+            if pred is not None and batch:
+                batch = max(batch, 100)
+            try:
+                kvs, header_rev, more = await self.ctx.etcd.list(prefix, revision=revision, limit=batch, start=start)
+            except Compacted as exc:
+                if opts.continue_token:
+                    raise errors.gone(
+                        "The provided continue parameter is too old to display a consistent list result. You can "
+                        "start a new list without the continue parameter, or use the continue token in this "
+                        "response to retrieve the remainder of the results. Continuing with the provided token "
+                        "results in an inconsistent list - objects that were created, modified, or deleted "
+                        "between the time the first chunk was returned and now may show up in the list."
+                    ) from exc
+                raise errors.gone(f"too old resource version: {revision}") from exc
+            if not revision:
+                revision = header_rev
+            for i, kv in enumerate(kvs):
+                try:
+                    obj = decode(kv.value, kv.mod_revision)
+                except (orjson.JSONDecodeError, TypeError, AttributeError):
+                    continue
+                last_key = kv.key
+                if pred is None or pred(obj):
+                    out.append(obj)
+                    if limit > 0 and len(out) >= limit:
+                        more = more or i < len(kvs) - 1
+                        break
+            if limit > 0 and len(out) >= limit:
+                break
+            if not more or not kvs:
+                more = False
+                break
+            start = kvs[-1].key + "\0"
+        list_meta: dict[str, Any] = {"resourceVersion": str(revision)}
+        if more and last_key:
+            list_meta["continue"] = encode_continue(revision, last_key[len(prefix):] + "\0")
+        return out, list_meta
+
+    # -- create ---------------------------------------------------------------
+    def _check_body(self, obj: Any, namespace: str | None, name: str | None = None) -> Obj:
+        if not isinstance(obj, dict):
+            raise errors.bad_request("the body of the request was not a JSON object")
+        api_version = obj.get("apiVersion")
+        kind = obj.get("kind")
+        if kind and kind != self.res.kind:
+            raise errors.bad_request(
+                f"the kind of the object ({kind}) does not match the kind this endpoint serves ({self.res.kind})"
+            )
+        if api_version and api_version != self.res.api_version:
+            raise errors.bad_request(
+                f"the API version in the data ({api_version}) does not match the expected API version "
+                f"({self.res.api_version})"
+            )
+        obj["apiVersion"] = self.res.api_version
+        obj["kind"] = self.res.kind
+        m = obj.get("metadata")
+        if m is None:
+            m = obj["metadata"] = {}
+        if not isinstance(m, dict):
+            raise errors.bad_request("metadata must be an object")
+        if self.res.namespaced:
+            body_ns = m.get("namespace")
+            if body_ns and namespace and body_ns != namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            if namespace:
+                m["namespace"] = namespace
+        else:
+            m.pop("namespace", None)
+        if name is not None:
+            body_name = m.get("name")
+            if body_name and body_name != name:
+                raise errors.bad_request(
+                    f"the name of the object ({body_name}) does not match the name on the URL ({name})"
+                )
+            m["name"] = name
+        return obj
+
+    async def _check_namespace(self, namespace: str | None, name: str) -> None:
+        if not self.res.namespaced:
+            return
+        if not namespace:
+            raise errors.bad_request("the server could not find the requested resource")
+        ns_key = f"{self.ctx.root}namespaces/{namespace}"
+        entry = self.ctx.cache.resources.get(f"{self.ctx.root}namespaces/")
+        ns_obj = entry.entries[ns_key].obj if entry and ns_key in entry.entries else None
+        if ns_obj is None:
+            kv = await self.ctx.etcd.get(ns_key)
+            if kv is None:
+                raise errors.not_found("namespaces", "", namespace)
+            ns_obj = orjson.loads(kv.value)
+        terminating = ns_obj.get("status", {}).get("phase") == "Terminating"
+        if ns_obj.get("metadata", {}).get("deletionTimestamp") or terminating:
+            raise errors.StatusError(
+                403,
+                "Forbidden",
+                f'{self.res.qualified()} "{name}" is forbidden: unable to create new content in namespace '
+                f"{namespace} because it is being terminated",
+                {"name": name, "group": self.res.group, "kind": self.res.plural,
+                 "causes": [{"reason": "NamespaceTerminating", "message": f"namespace {namespace} is being "
+                             "terminated", "field": "metadata.namespace"}]},
+            )
+
+    async def create(self, namespace: str | None, body: Any, opts: WriteOptions) -> Obj:
+        obj = self._check_body(body, namespace)
+        m = obj["metadata"]
+        if not m.get("name") and m.get("generateName"):
+            m["name"] = generate_name(str(m["generateName"]))
+        name = m.get("name") or ""
+        for f in ("resourceVersion", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            m.pop(f, None)
+        m["uid"] = new_uid()
+        m["creationTimestamp"] = now_rfc3339()
+        if self.strategy.uses_generation:
+            m["generation"] = 1
+        else:
+            m.pop("generation", None)
+        self.strategy.defaults(obj)
+        self.strategy.prepare_for_create(obj)
+        causes = self.strategy.validate(obj)
+        if causes:
+            raise self._invalid(name, causes)
+        await self._check_namespace(namespace, name)
+        return await self._store_new(obj, name, opts.dry_run)
+
+    async def _store_new(self, obj: Obj, name: str, dry_run: bool) -> Obj:
+        key = self.key(obj["metadata"].get("namespace"), name)
+        for _ in range(MAX_ALLOCATION_ATTEMPTS):
+            allocation = await self.strategy.allocate(self.ctx, obj, None)
+            if dry_run:
+                return self.out(obj)
+            try:
+                revision = await self.ctx.etcd.create(key, self._encode(obj), allocation.create)
+            except KeyExists as exc:
+                if exc.key == key:
+                    raise errors.already_exists(self.res.plural, self.res.group, name) from exc
+                continue
+            obj["metadata"]["resourceVersion"] = str(revision)
+            return self.out(obj)
+        raise errors.internal("could not allocate a free value after several attempts")
+
+    # -- update ---------------------------------------------------------------
+    async def update(
+        self,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        opts: WriteOptions,
+        subresource: str = "",
+    ) -> tuple[Obj, bool]:
+        """PUT: returns the stored object and whether it was created."""
+        new_template = self._check_body(body, namespace, name)
+        wanted_rv = new_template["metadata"].get("resourceVersion") or ""
+        if not wanted_rv and not self.strategy.allow_unconditional_update:
+            raise self._invalid(name, [errors.cause("metadata.resourceVersion", "Invalid value: 0x0: must be "
+                                                    "specified for an update")])
+        return await self._guaranteed_update(
+            namespace, name, lambda current: copy.deepcopy(new_template), opts, subresource, wanted_rv
+        )
+
+    async def _guaranteed_update(
+        self,
+        namespace: str | None,
+        name: str,
+        make_new: Callable[[Obj | None], Obj],
+        opts: WriteOptions,
+        subresource: str,
+        wanted_rv: str,
+    ) -> tuple[Obj, bool]:
+        key = self.key(namespace, name)
+        while True:
+            kv = await self.ctx.etcd.get(key)
+            if kv is None:
+                if subresource or not self.strategy.allow_create_on_update:
+                    raise self._not_found(name)
+                new = make_new(None)
+                new["metadata"].pop("resourceVersion", None)
+                return await self.create(namespace, new, opts), True
+            old = decode(kv.value, kv.mod_revision)
+            if wanted_rv and wanted_rv != str(kv.mod_revision):
+                raise self._conflict(name)
+            new = make_new(self.out(old))
+            if not isinstance(new, dict):
+                raise errors.bad_request("the result is not a JSON object")
+            new = self._check_body(new, namespace, name)
+            if self._converts:
+                new = conversion.to_storage(self.res, new)
+                old_view = old
+            else:
+                old_view = old
+            result = await self._prepare_update(new, old_view, subresource)
+            if result is None:
+                return self.out(old), False
+            new, allocation_old = result
+            if opts.dry_run:
+                return self.out(new), False
+            try:
+                if self._finished_deleting(new):
+                    await self.ctx.etcd.delete(key, kv.mod_revision, self.strategy.release(new))
+                    return self.out(new), False
+                allocation = await self.strategy.allocate(self.ctx, new, allocation_old)
+                released = [k for k in self.strategy.release(allocation_old) if k not in self.strategy.release(new)]
+                revision = await self.ctx.etcd.update(
+                    key, self._encode(new), kv.mod_revision, allocation.create, released
+                )
+            except RevisionMismatch as exc:
+                if wanted_rv:
+                    raise self._conflict(name) from exc
+                continue
+            except KeyExists:
+                continue
+            new["metadata"]["resourceVersion"] = str(revision)
+            return self.out(new), False
+
+    def _finished_deleting(self, obj: Obj) -> bool:
+        m = obj["metadata"]
+        return bool(m.get("deletionTimestamp")) and not m.get("finalizers") and not self.strategy.deletion_blocked(obj)
+
+    async def _prepare_update(self, new: Obj, old: Obj, subresource: str) -> tuple[Obj, Obj] | None:
+        """Apply the strategy to an update; None when nothing would change."""
+        name = old["metadata"].get("name", "")
+        m, om = new["metadata"], old["metadata"]
+        for f in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "namespace"):
+            if f in om:
+                m[f] = om[f]
+            else:
+                m.pop(f, None)
+        m.pop("selfLink", None)
+        if "generation" in om:
+            m["generation"] = om["generation"]
+        else:
+            m.pop("generation", None)
+        m["resourceVersion"] = om.get("resourceVersion")
+        self.strategy.defaults(new)
+        if subresource == "status":
+            self.strategy.prepare_for_status_update(new, old)
+            for f in ("labels", "annotations", "finalizers", "ownerReferences"):
+                if f in om:
+                    m[f] = om[f]
+                else:
+                    m.pop(f, None)
+            causes = self.strategy.validate_status_update(new, old)
+        elif subresource == "finalize":
+            self.strategy.prepare_for_finalize(new, old)
+            causes = []
+        else:
+            self.strategy.prepare_for_update(new, old)
+            if self.strategy.uses_generation and self.strategy.spec_changed(new, old):
+                m["generation"] = int(om.get("generation") or 0) + 1
+            causes = self.strategy.validate_update(new, old)
+        if om.get("deletionTimestamp"):
+            added = set(m.get("finalizers") or []) - set(om.get("finalizers") or [])
+            if added:
+                causes = [*causes, errors.cause(
+                    "metadata.finalizers",
+                    f"Forbidden: no new finalizers can be added if the object is being deleted, found new "
+                    f"finalizers {sorted(added)!r}".replace("'", '"'),
+                    "FieldValueForbidden",
+                )]
+        if causes:
+            raise self._invalid(name, causes)
+        if new == old:
+            return None
+        return new, old
+
+    async def mutate(
+        self, namespace: str | None, name: str, change: Callable[[Obj], Obj], opts: WriteOptions
+    ) -> Obj:
+        """Read-modify-write for subresources with their own rules (binding, scale)."""
+        key = self.key(namespace, name)
+        while True:
+            obj, revision = await self._read(namespace, name)
+            old = copy.deepcopy(obj)
+            new = change(obj)
+            if new == old:
+                return self.out(new)
+            if self.strategy.uses_generation and self.strategy.spec_changed(new, old):
+                new["metadata"]["generation"] = int(old["metadata"].get("generation") or 0) + 1
+            if opts.dry_run:
+                return self.out(new)
+            try:
+                rv = await self.ctx.etcd.update(key, self._encode(new), revision)
+            except RevisionMismatch:
+                continue
+            new["metadata"]["resourceVersion"] = str(rv)
+            return self.out(new)
+
+    # -- patch ----------------------------------------------------------------
+    async def patch(
+        self,
+        namespace: str | None,
+        name: str,
+        patch_type: str,
+        patch: Any,
+        opts: WriteOptions,
+        subresource: str = "",
+    ) -> Obj:
+        wanted_rv = ""
+        if patch_type != "json" and isinstance(patch, dict):
+            pm = patch.get("metadata")
+            if isinstance(pm, dict) and isinstance(pm.get("resourceVersion"), str):
+                wanted_rv = pm["resourceVersion"]
+
+        def apply(current: Obj | None) -> Obj:
+            if current is None:
+                raise self._not_found(name)
+            return apply_patch(patch_type, current, patch)
+
+        if not self.strategy.allow_create_on_update:
+            obj, _ = await self._guaranteed_update(namespace, name, apply, opts, subresource, wanted_rv)
+            return obj
+        kv = await self.ctx.etcd.get(self.key(namespace, name))
+        if kv is None:
+            raise self._not_found(name)
+        obj, _ = await self._guaranteed_update(namespace, name, apply, opts, subresource, wanted_rv)
+        return obj
+
+    # -- delete ---------------------------------------------------------------
+    async def delete(self, namespace: str | None, name: str, opts: DeleteOptions) -> tuple[Obj, bool]:
+        """Returns the object and whether it is gone (False: deletion is pending)."""
+        key = self.key(namespace, name)
+        while True:
+            kv = await self.ctx.etcd.get(key)
+            if kv is None:
+                raise self._not_found(name)
+            obj = decode(kv.value, kv.mod_revision)
+            m = obj["metadata"]
+            if opts.precondition_uid is not None and opts.precondition_uid != m.get("uid"):
+                raise self._conflict(
+                    name,
+                    f"Precondition failed: UID in precondition: {opts.precondition_uid}, UID in object meta: "
+                    f"{m.get('uid', '')}",
+                )
+            if opts.precondition_rv is not None and opts.precondition_rv != str(kv.mod_revision):
+                raise self._conflict(
+                    name,
+                    f"Precondition failed: ResourceVersion in precondition: {opts.precondition_rv}, "
+                    f"ResourceVersion in object meta: {kv.mod_revision}",
+                )
+            pending = self._start_deletion(obj, opts)
+            if pending is None:
+                if opts.dry_run:
+                    return self.out(obj), True
+                try:
+                    revision = await self.ctx.etcd.delete(key, kv.mod_revision, self.strategy.release(obj))
+                except RevisionMismatch:
+                    continue
+                m["resourceVersion"] = str(revision)
+                return self.out(obj), True
+            if pending is obj:
+                return self.out(obj), False
+            if opts.dry_run:
+                return self.out(pending), False
+            try:
+                revision = await self.ctx.etcd.update(key, self._encode(pending), kv.mod_revision)
+            except RevisionMismatch:
+                continue
+            pending["metadata"]["resourceVersion"] = str(revision)
+            return self.out(pending), False
+
+    def _start_deletion(self, obj: Obj, opts: DeleteOptions) -> Obj | None:
+        """The object as it must be stored while deletion waits; None to delete now; `obj` for no change."""
+        m = obj["metadata"]
+        finalizers = list(m.get("finalizers") or [])
+        policy = opts.propagation
+        if policy is None and opts.orphan_dependents is not None:
+            policy = "Orphan" if opts.orphan_dependents else "Background"
+        if policy not in (None, "Orphan", "Foreground", "Background"):
+            raise self._invalid(m.get("name", ""), [errors.cause(
+                "propagationPolicy",
+                f'Unsupported value: "{policy}": supported values: "Foreground", "Background", "Orphan"',
+                "FieldValueNotSupported",
+            )])
+        if m.get("deletionTimestamp"):
+            new = copy.deepcopy(obj)
+            changed = False
+            if self.strategy.graceful and opts.grace_period is not None:
+                current = int(m.get("deletionGracePeriodSeconds") or 0)
+                grace = self.strategy.grace_period(obj, opts.grace_period)
+                if grace < current:
+                    if grace == 0 and not finalizers:
+                        return None
+                    new["metadata"]["deletionGracePeriodSeconds"] = grace
+                    new["metadata"]["deletionTimestamp"] = _timestamp_in(grace)
+                    changed = True
+            if policy in ("Orphan", "Foreground"):
+                changed = self._set_policy_finalizers(new, policy) or changed
+            return new if changed else obj
+        grace = self.strategy.grace_period(obj, opts.grace_period) if self.strategy.graceful else 0
+        new = copy.deepcopy(obj)
+        changed = False
+        if policy in ("Orphan", "Foreground"):
+            changed = self._set_policy_finalizers(new, policy)
+        if grace <= 0 and not changed and not finalizers and not self.strategy.deletion_blocked(obj):
+            return None
+        nm = new["metadata"]
+        nm["deletionTimestamp"] = _timestamp_in(grace) if grace > 0 else now_rfc3339()
+        nm["deletionGracePeriodSeconds"] = max(grace, 0)
+        if not self.strategy.graceful and grace <= 0:
+            nm["deletionGracePeriodSeconds"] = 0
+        self.strategy.prepare_for_delete(new)
+        return new
+
+    @staticmethod
+    def _set_policy_finalizers(obj: Obj, policy: str) -> bool:
+        m = obj["metadata"]
+        finalizers = list(m.get("finalizers") or [])
+        before = list(finalizers)
+        if policy == "Orphan":
+            finalizers = [f for f in finalizers if f != "foregroundDeletion"]
+            if "orphan" not in finalizers:
+                finalizers.append("orphan")
+        elif policy == "Foreground":
+            finalizers = [f for f in finalizers if f != "orphan"]
+            if "foregroundDeletion" not in finalizers:
+                finalizers.append("foregroundDeletion")
+        m["finalizers"] = finalizers
+        return finalizers != before
+
+    async def delete_collection(
+        self, namespace: str | None, list_opts: ListOptions, opts: DeleteOptions
+    ) -> list[Obj]:
+        items, _ = await self.list(namespace, ListOptions(list_opts.label_selector, list_opts.field_selector))
+        deleted: list[Obj] = []
+        sem = asyncio.Semaphore(16)
+
+        async def one(item: Entry | Obj) -> None:
+            obj = item.obj if isinstance(item, Entry) else item
+            m = obj["metadata"]
+            async with sem:
+                try:
+                    gone, _ = await self.delete(m.get("namespace"), m["name"], opts)
+                    deleted.append(gone)
+                except errors.StatusError as exc:
+                    if exc.code != 404:
+                        raise
+
+        await asyncio.gather(*(one(i) for i in items))
+        return deleted
+
+
+def apply_patch(patch_type: str, current: Obj, patch: Any) -> Obj:
+    """The object after a patch of the given type, or a 4xx naming what is wrong with the patch."""
+    try:
+        if patch_type == "json":
+            if not isinstance(patch, list):
+                raise errors.bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
+            result = json_patch(current, patch)
+        elif patch_type in ("merge", "strategic"):
+            if not isinstance(patch, dict):
+                raise errors.bad_request("the patch must be a JSON object")
+            result = json_merge_patch(current, patch)
+        else:
+            raise errors.unsupported_media_type(patch_type)
+    except PatchError as exc:
+        raise errors.StatusError(422, "Invalid", str(exc)) from exc
+    if not isinstance(result, dict):
+        raise errors.bad_request("the patched object is not a JSON object")
+    return result

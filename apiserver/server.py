@@ -1,0 +1,145 @@
+"""The apiserver process: storage, watch cache, one REST store per resource, bootstrap."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from dataclasses import dataclass, field
+
+import orjson
+import structlog
+
+from apiserver.registry.store import RESTStore, ServerContext, WriteOptions
+from apiserver.registry.strategies import strategy_for
+from apiserver.storage.cache import WatchCache
+from apiserver.storage.etcd import EtcdStore
+from services.api import errors
+from services.api.catalog import Catalog
+
+log = structlog.get_logger("apiserver")
+
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+@dataclass
+class Options:
+    etcd_servers: list[str] = field(default_factory=lambda: ["http://127.0.0.1:2379"])
+    etcd_prefix: str = "/registry"
+    service_cluster_ip_range: str = "10.96.0.0/12"
+    service_node_port_range: tuple[int, int] = (30000, 32767)
+    compaction_interval: float = 300.0
+    advertise_address: str = "127.0.0.1"
+    secure_port: int = 6443
+
+
+class APIServer:
+    """Owns the etcd connection, the watch cache and the stores; started by the app's lifespan."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.catalog = Catalog()
+        self.etcd = EtcdStore(options.etcd_servers)
+        root = options.etcd_prefix.rstrip("/") + "/"
+        self.cache = WatchCache(self.etcd, root)
+        self.ctx = ServerContext(
+            etcd=self.etcd,
+            cache=self.cache,
+            root=root,
+            service_cidr=ipaddress.IPv4Network(options.service_cluster_ip_range, strict=False),
+            node_port_range=options.service_node_port_range,
+        )
+        self.stores: dict[tuple[str, str, str], RESTStore] = {}
+        for res in self.catalog:
+            self.stores[(res.group, res.version, res.plural)] = RESTStore(res, strategy_for(res), self.ctx)
+        self.ready = False
+        self.bootstrapped = False
+        self.etcd_healthy = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def store(self, group: str, version: str, plural: str) -> RESTStore:
+        return self.stores[(group, version, plural)]
+
+    async def start(self) -> None:
+        await self.cache.start()
+        self.etcd_healthy = True
+        self.ready = True
+        await self._bootstrap()
+        self.bootstrapped = True
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._compact_loop()))
+        self._tasks.append(loop.create_task(self._health_loop()))
+        log.info("apiserver ready", etcd=self.etcd.endpoint, revision=self.cache.revision)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await self.cache.stop()
+        await self.etcd.close()
+
+    async def _bootstrap(self) -> None:
+        """System namespaces and the `kubernetes` Service, as upstream's bootstrap controller makes them."""
+        namespaces = self.store("", "v1", "namespaces")
+        for name in SYSTEM_NAMESPACES:
+            try:
+                await namespaces.create(None, {"metadata": {"name": name}}, WriteOptions())
+            except errors.StatusError as exc:
+                if exc.code != 409:
+                    raise
+        services = self.store("", "v1", "services")
+        first_ip = str(next(self.ctx.service_cidr.hosts()))
+        svc = {
+            "metadata": {"name": "kubernetes", "namespace": "default",
+                         "labels": {"component": "apiserver", "provider": "kubernetes"}},
+            "spec": {"clusterIP": first_ip, "type": "ClusterIP", "sessionAffinity": "None",
+                     "ports": [{"name": "https", "port": 443, "protocol": "TCP",
+                                "targetPort": self.options.secure_port}]},
+        }
+        try:
+            await services.create("default", svc, WriteOptions())
+        except errors.StatusError as exc:
+            if exc.code != 409:
+                raise
+        endpoints = self.store("", "v1", "endpoints")
+        ep = {
+            "metadata": {"name": "kubernetes", "namespace": "default",
+                         "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+            "subsets": [{"addresses": [{"ip": self.options.advertise_address}],
+                         "ports": [{"name": "https", "port": self.options.secure_port, "protocol": "TCP"}]}],
+        }
+        try:
+            await endpoints.update("default", "kubernetes", ep, WriteOptions())
+        except errors.StatusError as exc:
+            if exc.code != 404:
+                raise
+            await endpoints.create("default", ep, WriteOptions())
+
+    async def _compact_loop(self) -> None:
+        """Compact etcd history every interval to the revision seen one interval earlier, like upstream.
+
+        Several apiservers coordinate through a bookkeeping key so only one compacts per interval.
+        """
+        key = f"{self.ctx.root}compact_rev_key"
+        previous = 0
+        while True:
+            await asyncio.sleep(self.options.compaction_interval)
+            try:
+                current = await self.etcd.current_revision()
+                if previous:
+                    kv = await self.etcd.get(key)
+                    last = int(orjson.loads(kv.value)) if kv else 0
+                    if previous > last:
+                        await self.etcd.put_raw(key, str(previous).encode())
+                        await self.etcd.compact(previous)
+                        log.info("compacted etcd", revision=previous)
+                previous = current
+            except Exception:  # noqa: BLE001 - compaction is best effort and retried next interval
+                log.exception("compaction failed")
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(5)
+            try:
+                await asyncio.wait_for(self.etcd.current_revision(), 5)
+                self.etcd_healthy = True
+            except Exception:  # noqa: BLE001 - any failure means unhealthy
+                self.etcd_healthy = False

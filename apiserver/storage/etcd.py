@@ -1,0 +1,384 @@
+"""The etcd store: the only code in pyk8s that talks to etcd.
+
+Writes are single transactions that compare the key's revision, so a stale write
+fails instead of overwriting. Several endpoints may be given; when the one in use
+fails, calls and the watch move to the next and the watch resumes from the last
+revision it delivered, so nothing is lost or seen twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+import aetcd
+import structlog
+from aetcd import exceptions as etcd_errors
+from aetcd import rpc
+from prometheus_client import Histogram
+
+log = structlog.get_logger("apiserver.storage")
+
+ETCD_LATENCY = Histogram(
+    "etcd_request_duration_seconds",
+    "etcd request latency by operation and resource prefix.",
+    ["operation", "type"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+
+T = TypeVar("T")
+
+_RETRIABLE = (etcd_errors.ConnectionFailedError, etcd_errors.ConnectionTimeoutError, rpc.AioRpcError)
+_CALL_TIMEOUT = 5.0
+
+
+class KeyExists(Exception):
+    """A create found the key (or an allocation key) already present."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+class RevisionMismatch(Exception):
+    """A compare-and-swap found another revision (or no object) at the key."""
+
+    def __init__(self, current: KV | None) -> None:
+        super().__init__("revision mismatch")
+        self.current = current
+
+
+class Compacted(Exception):
+    """The revision asked for has been compacted away."""
+
+    def __init__(self, compacted_revision: int) -> None:
+        super().__init__(f"compacted at {compacted_revision}")
+        self.compacted_revision = compacted_revision
+
+
+class Unavailable(Exception):
+    """No etcd endpoint answered."""
+
+
+@dataclass(slots=True)
+class KV:
+    key: str
+    value: bytes
+    mod_revision: int
+    create_revision: int
+
+
+@dataclass(slots=True)
+class WatchEvent:
+    """One change of a key; `value` is empty for deletes."""
+
+    key: str
+    value: bytes
+    revision: int
+    deleted: bool
+
+
+def _range_end(prefix: bytes) -> bytes:
+    end = bytearray(prefix)
+    for i in range(len(end) - 1, -1, -1):
+        if end[i] < 0xFF:
+            end[i] += 1
+            return bytes(end[: i + 1])
+    return b"\0"
+
+
+def _kv(raw: Any) -> KV:
+    return KV(raw.key.decode(), raw.value, raw.mod_revision, raw.create_revision)
+
+
+_EQ = rpc.Compare.EQUAL
+
+
+def _absent(key: str) -> Any:
+    return rpc.Compare(key=key.encode(), target=rpc.Compare.CREATE, result=_EQ, create_revision=0)
+
+
+def _at(key: str, revision: int) -> Any:
+    return rpc.Compare(key=key.encode(), target=rpc.Compare.MOD, result=_EQ, mod_revision=revision)
+
+
+def _put(key: str, value: bytes) -> Any:
+    return rpc.RequestOp(request_put=rpc.PutRequest(key=key.encode(), value=value))
+
+
+def _del(key: str) -> Any:
+    return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key.encode()))
+
+
+def _read_op(key: str) -> Any:
+    return rpc.RequestOp(request_range=rpc.RangeRequest(key=key.encode()))
+
+
+class EtcdStore:
+    """A thin, fast layer over etcd's KV and Watch APIs with endpoint failover."""
+
+    def __init__(self, endpoints: list[str]) -> None:
+        if not endpoints:
+            raise ValueError("at least one etcd endpoint is required")
+        self._endpoints = [self._host_port(e) for e in endpoints]
+        self._index = 0
+        self._client: aetcd.Client | None = None
+        self._lock = asyncio.Lock()
+        self._generation = 0
+
+    @staticmethod
+    def _host_port(url: str) -> tuple[str, int]:
+        parsed = urlparse(url if "://" in url else f"http://{url}")
+        return parsed.hostname or "127.0.0.1", parsed.port or 2379
+
+    @property
+    def endpoint(self) -> str:
+        host, port = self._endpoints[self._index]
+        return f"{host}:{port}"
+
+    async def _connect(self) -> aetcd.Client:
+        if self._client is not None:
+            return self._client
+        async with self._lock:
+            if self._client is None:
+                host, port = self._endpoints[self._index]
+                client = aetcd.Client(host=host, port=port, timeout=_CALL_TIMEOUT)
+                await client.connect()
+                self._client = client
+            return self._client
+
+    async def _failover(self, generation: int) -> None:
+        """Drop the current connection and move to the next endpoint (once per failure)."""
+        async with self._lock:
+            if generation != self._generation:
+                return
+            self._generation += 1
+            old, self._client = self._client, None
+            self._index = (self._index + 1) % len(self._endpoints)
+            log.warning("etcd endpoint failed, moving on", next=self.endpoint)
+        if old is not None:
+            try:
+                await asyncio.wait_for(old.close(), 1.0)
+            except Exception:  # noqa: BLE001 - the old channel is dead either way
+                pass
+
+    async def _call(self, op: str, fn: Callable[[aetcd.Client], Awaitable[T]], deadline: float = 30.0) -> T:
+        """Run `fn` against etcd, failing over between endpoints until `deadline` seconds pass."""
+        start = time.monotonic()
+        attempt = 0
+        while True:
+            generation = self._generation
+            try:
+                client = await self._connect()
+                result = await fn(client)
+                ETCD_LATENCY.labels(op, "").observe(time.monotonic() - start)
+                return result
+            except _RETRIABLE as exc:
+                if isinstance(exc, rpc.AioRpcError) and exc.code() not in (
+                    rpc.StatusCode.UNAVAILABLE, rpc.StatusCode.DEADLINE_EXCEEDED, rpc.StatusCode.UNKNOWN,
+                    rpc.StatusCode.CANCELLED,
+                ):
+                    raise
+                attempt += 1
+                if time.monotonic() - start > deadline:
+                    raise Unavailable(f"etcd unavailable: {exc}") from exc
+                await self._failover(generation)
+                await asyncio.sleep(min(0.05 * attempt, 0.5))
+            except OSError as exc:
+                attempt += 1
+                if time.monotonic() - start > deadline:
+                    raise Unavailable(f"etcd unavailable: {exc}") from exc
+                await self._failover(generation)
+                await asyncio.sleep(min(0.05 * attempt, 0.5))
+
+    # -- reads -----------------------------------------------------------------
+    async def get(self, key: str, revision: int = 0) -> KV | None:
+        async def run(c: aetcd.Client) -> Any:
+            return await c.kvstub.Range(
+                rpc.RangeRequest(key=key.encode(), revision=revision), timeout=_CALL_TIMEOUT
+            )
+
+        resp = await self._read("get", run)
+        return _kv(resp.kvs[0]) if resp.kvs else None
+
+    async def list(
+        self, prefix: str, revision: int = 0, limit: int = 0, start: str | None = None
+    ) -> tuple[list[KV], int, bool]:
+        """Keys under `prefix` (from `start` on), at `revision` (0 = now): (kvs, revision, more)."""
+        begin = (start or prefix).encode()
+        end = _range_end(prefix.encode())
+
+        async def run(c: aetcd.Client) -> Any:
+            return await c.kvstub.Range(
+                rpc.RangeRequest(key=begin, range_end=end, revision=revision, limit=limit),
+                timeout=_CALL_TIMEOUT * 4,
+            )
+
+        resp = await self._read("list", run)
+        return [_kv(kv) for kv in resp.kvs], resp.header.revision, bool(resp.more)
+
+    async def count(self, prefix: str) -> tuple[int, int]:
+        """(number of keys under prefix, current revision)."""
+        end = _range_end(prefix.encode())
+
+        async def run(c: aetcd.Client) -> Any:
+            return await c.kvstub.Range(
+                rpc.RangeRequest(key=prefix.encode(), range_end=end, count_only=True), timeout=_CALL_TIMEOUT
+            )
+
+        resp = await self._read("count", run)
+        return resp.count, resp.header.revision
+
+    async def current_revision(self) -> int:
+        async def run(c: aetcd.Client) -> Any:
+            return await c.kvstub.Range(
+                rpc.RangeRequest(key=b"\0", range_end=b"\0", count_only=True, limit=1), timeout=_CALL_TIMEOUT
+            )
+
+        resp = await self._read("revision", run)
+        return int(resp.header.revision)
+
+    async def _read(self, op: str, run: Callable[[aetcd.Client], Awaitable[Any]]) -> Any:
+        try:
+            return await self._call(op, run)
+        except rpc.AioRpcError as exc:
+            if exc.code() == rpc.StatusCode.OUT_OF_RANGE or "compacted" in (exc.details() or ""):
+                raise Compacted(0) from exc
+            raise
+
+    # -- writes ----------------------------------------------------------------
+    async def create(self, key: str, value: bytes, also_create: dict[str, bytes] | None = None) -> int:
+        """Create `key` (and allocation keys) atomically; KeyExists names the key that was taken."""
+        also = also_create or {}
+        keys = [key, *also]
+        compare = [_absent(k) for k in keys]
+        success = [_put(key, value)] + [_put(k, v) for k, v in also.items()]
+        failure = [_read_op(k) for k in keys]
+        attempts = 0
+        while True:
+            resp = await self._txn("create", compare, success, failure)
+            if resp.succeeded:
+                return int(resp.header.revision)
+            existing = resp.responses[0].response_range.kvs
+            if existing and attempts and existing[0].value == value:
+                # Our own earlier attempt landed before the connection broke: report it once.
+                return int(existing[0].mod_revision)
+            for k, r in zip(keys, resp.responses, strict=True):
+                if r.response_range.kvs:
+                    raise KeyExists(k)
+            attempts += 1
+
+    async def update(
+        self,
+        key: str,
+        value: bytes,
+        revision: int,
+        also_create: dict[str, bytes] | None = None,
+        also_delete: list[str] | None = None,
+    ) -> int:
+        """Compare-and-swap on the key's mod revision; RevisionMismatch carries what is there now."""
+        also = also_create or {}
+        compare = [_at(key, revision)] + [_absent(k) for k in also]
+        success = [_put(key, value)] + [_put(k, v) for k, v in also.items()]
+        success += [_del(k) for k in also_delete or ()]
+        failure = [_read_op(key)] + [_read_op(k) for k in also]
+        resp = await self._txn("update", compare, success, failure)
+        if resp.succeeded:
+            return int(resp.header.revision)
+        kvs = resp.responses[0].response_range.kvs
+        current = _kv(kvs[0]) if kvs else None
+        if current is not None and current.mod_revision == revision:
+            for k, r in zip(also, resp.responses[1:], strict=True):
+                if r.response_range.kvs:
+                    raise KeyExists(k)
+        if current is not None and current.value == value:
+            return current.mod_revision
+        raise RevisionMismatch(current)
+
+    async def delete(self, key: str, revision: int, also_delete: list[str] | None = None) -> int:
+        """Delete `key` if it is still at `revision`; returns the revision of the delete."""
+        compare = [_at(key, revision)]
+        success = [_del(key)] + [_del(k) for k in also_delete or ()]
+        failure = [_read_op(key)]
+        attempts = 0
+        while True:
+            resp = await self._txn("delete", compare, success, failure)
+            if resp.succeeded:
+                return int(resp.header.revision)
+            kvs = resp.responses[0].response_range.kvs
+            if not kvs and attempts:
+                return int(resp.header.revision)
+            raise RevisionMismatch(_kv(kvs[0]) if kvs else None)
+
+    async def put_raw(self, key: str, value: bytes) -> int:
+        """Unconditional put, for bookkeeping keys only (never API objects)."""
+        async def run(c: aetcd.Client) -> Any:
+            return await c.kvstub.Put(rpc.PutRequest(key=key.encode(), value=value), timeout=_CALL_TIMEOUT)
+
+        resp = await self._call("put", run)
+        return int(resp.header.revision)
+
+    async def _txn(self, op: str, compare: list[Any], success: list[Any], failure: list[Any]) -> Any:
+        request = rpc.TxnRequest(compare=compare, success=success, failure=failure)
+
+        async def run(c: aetcd.Client) -> Any:
+            return await c.kvstub.Txn(request, timeout=_CALL_TIMEOUT)
+
+        return await self._call(op, run)
+
+    async def compact(self, revision: int) -> None:
+        async def run(c: aetcd.Client) -> Any:
+            return await c.kvstub.Compact(rpc.CompactionRequest(revision=revision), timeout=_CALL_TIMEOUT * 6)
+
+        try:
+            await self._call("compact", run)
+        except rpc.AioRpcError as exc:
+            if "compacted" not in (exc.details() or ""):
+                raise
+
+    # -- watch -----------------------------------------------------------------
+    async def watch(self, prefix: str, start_revision: int) -> AsyncIterator[WatchEvent]:
+        """Changes under `prefix` from `start_revision` on, in order, across endpoint failures.
+
+        Raises Compacted when `start_revision` is older than etcd's history.
+        """
+        next_revision = start_revision
+        key = prefix.encode()
+        end = _range_end(key)
+        failures = 0
+        while True:
+            generation = self._generation
+            try:
+                client = await self._connect()
+                watch = await client.watch(key, range_end=end, start_revision=next_revision)
+                failures = 0
+                try:
+                    async for ev in watch:
+                        kv = ev.kv
+                        yield WatchEvent(kv.key.decode(), kv.value, kv.mod_revision, ev.kind == "DELETE")
+                        next_revision = kv.mod_revision + 1
+                finally:
+                    try:
+                        await asyncio.wait_for(watch.cancel(), 1.0)
+                    except Exception:  # noqa: BLE001 - the stream may already be gone
+                        pass
+                if self._generation == generation:
+                    # The stream ended without an error: the client was closed; reconnect.
+                    await self._failover(generation)
+            except etcd_errors.RevisionCompactedError as exc:
+                raise Compacted(exc.compacted_revision) from exc
+            except (*_RETRIABLE, OSError, etcd_errors.ClientError) as exc:
+                failures += 1
+                log.warning("etcd watch broke, resuming", error=str(exc), revision=next_revision)
+                await self._failover(generation)
+                await asyncio.sleep(min(0.05 * failures, 1.0))
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
