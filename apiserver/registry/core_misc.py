@@ -1,0 +1,305 @@
+"""The smaller core/v1 resources: ConfigMap, Secret, ServiceAccount, PersistentVolume(Claim),
+LimitRange, ResourceQuota, PodTemplate and Endpoints."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+from datetime import UTC, datetime
+
+from apiserver.registry.base import MetaStrategy, child, get, setdefault
+from apiserver.registry.podspec import PROTOCOLS, default_pod_template, validate_pod_template
+from apiserver.registry.strategy import Cause, Obj
+from services.api import validation as v
+
+MAX_DATA_SIZE = 1024 * 1024
+ACCESS_MODES = ("ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
+RECLAIM_POLICIES = ("Delete", "Recycle", "Retain")
+VOLUME_MODES = ("Block", "Filesystem")
+SERVICE_ACCOUNT_NAME_ANNOTATION = "kubernetes.io/service-account.name"
+_SECRET_REQUIRED_KEYS = {
+    "kubernetes.io/dockercfg": (".dockercfg",),
+    "kubernetes.io/dockerconfigjson": (".dockerconfigjson",),
+    "kubernetes.io/tls": ("tls.crt", "tls.key"),
+    "kubernetes.io/ssh-auth": ("ssh-privatekey",),
+}
+
+
+def _validate_immutable_data(new: Obj, old: Obj) -> list[Cause]:
+    """ConfigMaps and Secrets marked immutable keep their data and the mark itself."""
+    if not old.get("immutable"):
+        return []
+    causes = []
+    if not new.get("immutable"):
+        causes.append(v.forbidden("immutable", "field is immutable when `immutable` is set"))
+    if new.get("data") != old.get("data") or new.get("binaryData") != old.get("binaryData"):
+        causes.append(v.forbidden("data", "field is immutable when `immutable` is set"))
+    return causes
+
+
+class ConfigMapStrategy(MetaStrategy):
+    def validate_spec(self, obj: Obj) -> list[Cause]:
+        causes: list[Cause] = []
+        total = 0
+        data = obj.get("data") or {}
+        binary = obj.get("binaryData") or {}
+        for key, value in data.items():
+            causes.extend(v.invalid(f"data[{key}]", key, m) for m in v.is_config_map_key(key))
+            if key in binary:
+                causes.append(v.invalid(f"data[{key}]", key, "duplicate of key present in binaryData"))
+            total += len(str(value).encode())
+        for key, value in binary.items():
+            causes.extend(v.invalid(f"binaryData[{key}]", key, m) for m in v.is_config_map_key(key))
+            total += len(str(value)) * 3 // 4
+        if total > MAX_DATA_SIZE:
+            causes.append(v.too_long("", MAX_DATA_SIZE))
+        return causes
+
+    def validate_spec_update(self, new: Obj, old: Obj) -> list[Cause]:
+        return self.validate_spec(new) + _validate_immutable_data(new, old)
+
+
+class SecretStrategy(MetaStrategy):
+    def defaults(self, obj: Obj) -> None:
+        """type defaults to Opaque; stringData is write-only and merges into data, as in upstream's conversion."""
+        setdefault(obj, "type", "Opaque")
+        string_data = obj.pop("stringData", None)
+        if isinstance(string_data, dict) and string_data:
+            data = obj.get("data")
+            if not isinstance(data, dict):
+                data = obj["data"] = {}
+            for key, value in string_data.items():
+                data[key] = base64.b64encode(str(value).encode()).decode()
+
+    def validate_spec(self, obj: Obj) -> list[Cause]:
+        causes: list[Cause] = []
+        total = 0
+        data = obj.get("data") or {}
+        for key, value in data.items():
+            causes.extend(v.invalid(f"data[{key}]", key, m) for m in v.is_config_map_key(key))
+            try:
+                total += len(base64.b64decode(value or "", validate=True))
+            except (binascii.Error, TypeError, ValueError):
+                causes.append(v.invalid(f"data[{key}]", "<secret contents redacted>",
+                                        "must be a base64-encoded value"))
+        if total > MAX_DATA_SIZE:
+            causes.append(v.too_long("data", MAX_DATA_SIZE))
+        kind = obj.get("type") or ""
+        if kind == "kubernetes.io/service-account-token":
+            if not get(obj, "metadata", "annotations", SERVICE_ACCOUNT_NAME_ANNOTATION):
+                causes.append(v.required(f"metadata.annotations[{SERVICE_ACCOUNT_NAME_ANNOTATION}]"))
+        for key in _SECRET_REQUIRED_KEYS.get(kind, ()):
+            if key not in data:
+                causes.append(v.required(f"data[{key}]"))
+        if kind == "kubernetes.io/basic-auth" and "username" not in data and "password" not in data:
+            causes.append(v.required("data[username]"))
+        return causes
+
+    def validate_spec_update(self, new: Obj, old: Obj) -> list[Cause]:
+        causes = self.validate_spec(new) + _validate_immutable_data(new, old)
+        causes.extend(v.validate_immutable(new.get("type"), old.get("type"), "type"))
+        return causes
+
+    def field_set(self, obj: Obj) -> dict[str, str]:
+        fields = super().field_set(obj)
+        fields["type"] = obj.get("type") or ""
+        return fields
+
+
+class ServiceAccountStrategy(MetaStrategy):
+    def validate_spec(self, obj: Obj) -> list[Cause]:
+        causes: list[Cause] = []
+        for i, ref in enumerate(obj.get("secrets") or []):
+            if not ref.get("name"):
+                causes.append(v.required(f"secrets[{i}].name"))
+        return causes
+
+
+def _validate_access_modes(modes: list[str], path: str) -> list[Cause]:
+    causes = []
+    if not modes:
+        causes.append(v.required(path, "at least 1 access mode is required"))
+    for mode in modes:
+        if mode not in ACCESS_MODES:
+            causes.append(v.not_supported(path, mode, ACCESS_MODES))
+    if "ReadWriteOncePod" in modes and len(modes) > 1:
+        causes.append(v.forbidden(path, "may not use ReadWriteOncePod with other access modes"))
+    return causes
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class PersistentVolumeStrategy(MetaStrategy):
+    def defaults(self, obj: Obj) -> None:
+        spec = child(obj, "spec")
+        setdefault(spec, "persistentVolumeReclaimPolicy", "Retain")
+        setdefault(spec, "volumeMode", "Filesystem")
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        obj["status"] = {"phase": "Pending", "lastPhaseTransitionTime": _now()}
+
+    def validate_spec(self, obj: Obj) -> list[Cause]:
+        spec = obj.get("spec") or {}
+        causes = _validate_access_modes(spec.get("accessModes") or [], "spec.accessModes")
+        capacity = spec.get("capacity") or {}
+        if not capacity:
+            causes.append(v.required("spec.capacity"))
+        elif "storage" not in capacity or len(capacity) > 1:
+            causes.append(v.not_supported("spec.capacity", sorted(capacity), ("storage",)))
+        else:
+            causes.extend(v.validate_quantity(capacity["storage"], "spec.capacity[storage]"))
+        policy = spec.get("persistentVolumeReclaimPolicy") or ""
+        if policy not in RECLAIM_POLICIES:
+            causes.append(v.not_supported("spec.persistentVolumeReclaimPolicy", policy, RECLAIM_POLICIES))
+        mode = spec.get("volumeMode")
+        if mode is not None and mode not in VOLUME_MODES:
+            causes.append(v.not_supported("spec.volumeMode", mode, VOLUME_MODES))
+        sources = [key for key in spec if key in _PV_SOURCES]
+        if not sources:
+            causes.append(v.required("spec", "must specify a volume type"))
+        elif len(sources) > 1:
+            causes.append(v.forbidden(f"spec.{sources[1]}", "may not specify more than 1 volume type"))
+        return causes
+
+    def validate_spec_update(self, new: Obj, old: Obj) -> list[Cause]:
+        causes = self.validate_spec(new)
+        new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+        for key in _PV_SOURCES:
+            if key in old_spec and new_spec.get(key) != old_spec.get(key):
+                causes.append(v.forbidden("spec.persistentvolumesource",
+                                          "spec.persistentvolumesource is immutable after creation"))
+                break
+        causes.extend(v.validate_immutable(new_spec.get("volumeMode"), old_spec.get("volumeMode"), "volumeMode"))
+        return causes
+
+
+_PV_SOURCES = (
+    "gcePersistentDisk", "awsElasticBlockStore", "hostPath", "glusterfs", "nfs", "rbd", "iscsi", "cinder",
+    "cephfs", "fc", "flocker", "flexVolume", "azureFile", "vsphereVolume", "quobyte", "azureDisk",
+    "photonPersistentDisk", "portworxVolume", "scaleIO", "local", "storageos", "csi",
+)
+
+
+class PersistentVolumeClaimStrategy(MetaStrategy):
+    def defaults(self, obj: Obj) -> None:
+        setdefault(child(obj, "spec"), "volumeMode", "Filesystem")
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        obj["status"] = {"phase": "Pending"}
+
+    def validate_spec(self, obj: Obj) -> list[Cause]:
+        spec = obj.get("spec") or {}
+        causes = _validate_access_modes(spec.get("accessModes") or [], "spec.accessModes")
+        requests = get(spec, "resources", "requests", default={})
+        if "storage" not in requests:
+            causes.append(v.required("spec.resources[storage]"))
+        else:
+            quantity_causes = v.validate_quantity(requests["storage"], "spec.resources.requests[storage]")
+            causes.extend(quantity_causes)
+            if not quantity_causes and v.parse_quantity(requests["storage"]) <= 0:
+                causes.append(v.invalid("spec.resources.requests[storage]", requests["storage"],
+                                        "must be greater than zero"))
+        causes.extend(v.validate_label_selector(spec.get("selector"), "spec.selector"))
+        mode = spec.get("volumeMode")
+        if mode is not None and mode not in VOLUME_MODES:
+            causes.append(v.not_supported("spec.volumeMode", mode, VOLUME_MODES))
+        return causes
+
+    def validate_spec_update(self, new: Obj, old: Obj) -> list[Cause]:
+        causes = self.validate_spec(new)
+        new_spec = dict(new.get("spec") or {})
+        old_spec = dict(old.get("spec") or {})
+        for spec in (new_spec, old_spec):
+            spec.pop("resources", None)
+            spec.pop("volumeAttributesClassName", None)
+        if not old_spec.get("volumeName"):
+            new_spec.pop("volumeName", None)
+            old_spec.pop("volumeName", None)
+        if new_spec != old_spec:
+            causes.append(v.forbidden("spec", "spec is immutable after creation except resources.requests and "
+                                              "volumeAttributesClassName for bound claims"))
+        return causes
+
+
+class LimitRangeStrategy(MetaStrategy):
+    def validate_spec(self, obj: Obj) -> list[Cause]:
+        causes: list[Cause] = []
+        for i, item in enumerate(get(obj, "spec", "limits", default=[])):
+            path = f"spec.limits[{i}]"
+            kind = item.get("type") or ""
+            if not kind:
+                causes.append(v.required(f"{path}.type"))
+            for key in ("max", "min", "default", "defaultRequest", "maxLimitRequestRatio"):
+                for name, value in (item.get(key) or {}).items():
+                    causes.extend(v.validate_quantity(value, f"{path}.{key}[{name}]"))
+        return causes
+
+
+class ResourceQuotaStrategy(MetaStrategy):
+    def validate_spec(self, obj: Obj) -> list[Cause]:
+        causes: list[Cause] = []
+        for name, value in (get(obj, "spec", "hard", default={})).items():
+            causes.extend(v.validate_quantity(value, f"spec.hard[{name}]"))
+        scopes = get(obj, "spec", "scopes", default=[])
+        for scope in scopes:
+            if scope not in _QUOTA_SCOPES:
+                causes.append(v.not_supported("spec.scopes", scope, _QUOTA_SCOPES))
+        return causes
+
+
+_QUOTA_SCOPES = ("BestEffort", "CrossNamespacePodAffinity", "NotBestEffort", "NotTerminating", "PriorityClass",
+                 "Terminating", "VolumeAttributesClass")
+
+
+class PodTemplateStrategy(MetaStrategy):
+    def defaults(self, obj: Obj) -> None:
+        default_pod_template(obj.get("template"))
+
+    def validate_spec(self, obj: Obj) -> list[Cause]:
+        return validate_pod_template(obj.get("template"), "template")
+
+
+def _validate_ip(ip: str, path: str) -> list[Cause]:
+    try:
+        ipaddress.ip_address(ip)
+    except ValueError:
+        return [v.invalid(path, ip, "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)")]
+    return []
+
+
+def validate_endpoint_port(port: Obj, path: str, name_required: bool) -> list[Cause]:
+    causes: list[Cause] = []
+    name = port.get("name") or ""
+    if name:
+        causes.extend(v.invalid(f"{path}.name", name, m) for m in v.is_dns1123_label(name))
+    elif name_required:
+        causes.append(v.required(f"{path}.name"))
+    number = port.get("port")
+    if number is not None:
+        causes.extend(v.invalid(f"{path}.port", number, m) for m in v.is_valid_port_num(number))
+    protocol = port.get("protocol")
+    if protocol is not None and protocol not in PROTOCOLS:
+        causes.append(v.not_supported(f"{path}.protocol", protocol, PROTOCOLS))
+    return causes
+
+
+class EndpointsStrategy(MetaStrategy):
+    def defaults(self, obj: Obj) -> None:
+        for subset in obj.get("subsets") or []:
+            for port in subset.get("ports") or []:
+                setdefault(port, "protocol", "TCP")
+
+    def validate_spec(self, obj: Obj) -> list[Cause]:
+        causes: list[Cause] = []
+        for i, subset in enumerate(obj.get("subsets") or []):
+            path = f"subsets[{i}]"
+            for key in ("addresses", "notReadyAddresses"):
+                for j, address in enumerate(subset.get(key) or []):
+                    causes.extend(_validate_ip(address.get("ip") or "", f"{path}.{key}[{j}].ip"))
+            ports = subset.get("ports") or []
+            for j, port in enumerate(ports):
+                causes.extend(validate_endpoint_port(port, f"{path}.ports[{j}]", len(ports) > 1))
+        return causes
