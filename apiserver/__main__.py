@@ -11,7 +11,7 @@ from pathlib import Path
 import structlog
 import uvicorn
 
-from apiserver.endpoints.app import create_app
+from apiserver.endpoints.app import APIApp
 from apiserver.server import APIServer, Options
 
 
@@ -57,7 +57,7 @@ async def serve(args: argparse.Namespace) -> None:
         secure_port=args.secure_port or args.insecure_port,
     )
     server = APIServer(options)
-    app = create_app(server)
+    app = APIApp(server)
     configs = []
     common = {"loop": "uvloop", "http": "httptools", "log_level": "warning", "access_log": False,
               "timeout_graceful_shutdown": 5, "lifespan": "on"}

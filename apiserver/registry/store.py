@@ -30,6 +30,8 @@ from services.api.patch import PatchError, json_merge_patch, json_patch
 from services.api.selectors import FieldSelector, LabelSelector
 
 MAX_ALLOCATION_ATTEMPTS = 32
+# Upstream's RetryGenerateName: a generated name that collides is drawn again this many times.
+GENERATE_NAME_RETRIES = 7
 CONSISTENT_READ_WAIT = 3.0
 
 
@@ -380,8 +382,10 @@ class RESTStore:
         return await self._store_new(obj, name, opts.dry_run)
 
     async def _store_new(self, obj: Obj, name: str, dry_run: bool) -> Obj:
-        key = self.key(obj["metadata"].get("namespace"), name)
+        m = obj["metadata"]
+        name_retries = GENERATE_NAME_RETRIES if m.get("generateName") and name.startswith(m["generateName"]) else 0
         for _ in range(MAX_ALLOCATION_ATTEMPTS):
+            key = self.key(m.get("namespace"), name)
             allocation = await self.strategy.allocate(self.ctx, obj, None)
             if dry_run:
                 return self.out(obj)
@@ -389,6 +393,10 @@ class RESTStore:
                 revision = await self.ctx.etcd.create(key, self._encode(obj), allocation.create)
             except KeyExists as exc:
                 if exc.key == key:
+                    if name_retries > 0:
+                        name_retries -= 1
+                        name = m["name"] = generate_name(str(m["generateName"]))
+                        continue
                     raise errors.already_exists(self.res.plural, self.res.group, name) from exc
                 continue
             obj["metadata"]["resourceVersion"] = str(revision)

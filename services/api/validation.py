@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from services.api.errors import cause
+from services.api.quantity import ERR_FORMAT_WRONG as QUANTITY_ERR
+from services.api.quantity import parse_quantity
 
 Cause = dict[str, str]
 NameValidator = Callable[[str, bool], list[str]]
@@ -498,43 +499,11 @@ def validate_nonnegative(value: Any, path: str) -> list[Cause]:
 
 # -- quantities -------------------------------------------------------------------
 
-QUANTITY_ERR = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1), "k": Decimal(10**3),
-            "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15),
-            "E": Decimal(10**18)}
-
-
-def parse_quantity(value: Any) -> Decimal:
-    """A resource.Quantity as an exact Decimal; ValueError when it is not one."""
-    if isinstance(value, bool):
-        raise ValueError(QUANTITY_ERR)
-    if isinstance(value, int | float):
-        return Decimal(str(value))
-    if not isinstance(value, str):
-        raise ValueError(QUANTITY_ERR)
-    match = _QUANTITY.match(value.strip())
-    if not match:
-        raise ValueError(QUANTITY_ERR)
-    number, suffix = match.groups()
-    try:
-        base = Decimal(number)
-    except InvalidOperation as exc:
-        raise ValueError(QUANTITY_ERR) from exc
-    if suffix in _BINARY:
-        return base * _BINARY[suffix]
-    if suffix in _DECIMAL:
-        return base * _DECIMAL[suffix]
-    exp = re.fullmatch(r"[eE]([-+]?[0-9]+)", suffix)
-    if exp:
-        return base * (Decimal(10) ** int(exp.group(1)))
-    raise ValueError(QUANTITY_ERR)
-
-
 def validate_quantity(value: Any, path: str) -> list[Cause]:
     """A non-negative, parseable quantity (upstream's ValidateResourceQuantityValue)."""
     try:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ValueError(QUANTITY_ERR)
         amount = parse_quantity(value)
     except ValueError as exc:
         return [invalid(path, value, str(exc))]
