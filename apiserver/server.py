@@ -118,7 +118,7 @@ class APIServer:
 
         Several apiservers coordinate through a bookkeeping key so only one compacts per interval.
         """
-        key = f"{self.ctx.root}compact_rev_key"
+        key = self.cache.compact_key
         previous = 0
         while True:
             await asyncio.sleep(self.options.compaction_interval)

@@ -36,24 +36,58 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(len(values) * p))]
 
 
+class RawClient:
+    """A minimal keep-alive HTTP/1.1 client, so the load generator does not eat the cores it measures."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        self.writer.write(head + body)
+        status_line = await self.reader.readline()
+        length = 0
+        while True:
+            line = await self.reader.readline()
+            if line in (b"\r\n", b""):
+                break
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        payload = await self.reader.readexactly(length)
+        return int(status_line.split()[1]), payload
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
 async def creates(url: str, ns: str, total: int, clients: int) -> tuple[float, list[float]]:
     latencies: list[float] = []
     counter = iter(range(total))
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
-        async def worker() -> None:
+    parsed = httpx.URL(url)
+
+    async def worker() -> None:
+        client = RawClient(parsed.host, parsed.port or 80)
+        try:
             for i in counter:
                 body = pod(f"p-{i:06d}")
                 t0 = time.perf_counter()
-                r = await client.post(f"/api/v1/namespaces/{ns}/pods", content=body,
-                                      headers={"content-type": "application/json"})
+                status, payload = await client.post(f"/api/v1/namespaces/{ns}/pods", body)
                 latencies.append(time.perf_counter() - t0)
-                if r.status_code != 201:
-                    raise RuntimeError(f"create failed: {r.status_code} {r.text[:200]}")
+                if status != 201:
+                    raise RuntimeError(f"create failed: {status} {payload[:200]!r}")
+        finally:
+            await client.close()
 
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(clients)))
-        elapsed = time.perf_counter() - start
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    elapsed = time.perf_counter() - start
     return total / elapsed, latencies
 
 

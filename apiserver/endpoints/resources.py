@@ -18,11 +18,11 @@ from prometheus_client import Counter, Histogram
 from apiserver.endpoints import fieldvalidation, tables
 from apiserver.endpoints.negotiation import PATCH_TYPES, Representation, decode_body, media_type, negotiate, to_yaml
 from apiserver.endpoints.watch import WatchStream, error_event
+from apiserver.registry import pods
 from apiserver.registry.store import DeleteOptions, ListOptions, RESTStore, WriteOptions, apply_patch
 from apiserver.storage.cache import Entry
 from services.api import errors
 from services.api.catalog import Resource
-from services.api.meta import now_rfc3339
 from services.api.selectors import FieldSelector, LabelSelector
 
 REQUESTS = Counter(
@@ -203,6 +203,12 @@ class ResourceHandler:
             return self._list(store, items, list_meta, rep)
         dry_run = _dry_run(params)
         wopts = WriteOptions(dry_run=dry_run, field_manager=params.get("fieldManager", ""))
+        if verb == "create" and res.kind == "Binding" and not res.group:
+            binding = decode_body(await self._raw(request), request.headers.get("content-type"))
+            pod_name = (binding.get("metadata") or {}).get("name", "") if isinstance(binding, dict) else ""
+            await self.bind(self.stores[("", "v1", "pods")], ns, pod_name, binding, wopts)
+            return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                               "code": 201}, 201)
         if verb == "create":
             if name:
                 raise errors.method_not_allowed()
@@ -246,19 +252,20 @@ class ResourceHandler:
         raw = await self._raw(request)
         content_type = request.headers.get("content-type")
         body = decode_body(raw, content_type)
-        mode = request.query_params.get("fieldValidation", "Warn") or "Warn"
-        if mode not in ("Strict", "Warn", "Ignore"):
-            raise errors.bad_request(
-                f'fieldValidation: Unsupported value: "{mode}": supported values: "Ignore", "Warn", "Strict"'
-            )
+        options_kind = "CreateOptions" if request.method == "POST" else "UpdateOptions"
+        mode = fieldvalidation.directive(request.query_params.get("fieldValidation"), options_kind)
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request was not a JSON object")
         unknown = fieldvalidation.prune_unknown_fields(res.api_version, res.kind, body)
         if mode == "Ignore":
             return body, []
-        duplicates = fieldvalidation.duplicate_fields(raw, media_type(content_type).endswith("yaml"))
+        duplicates = fieldvalidation.duplicate_fields(
+            raw, media_type(content_type).endswith("yaml"), api_version=res.api_version, kind=res.kind
+        )
         if mode == "Strict" and (unknown or duplicates):
-            raise fieldvalidation.field_validation_error(unknown, duplicates)
+            raise fieldvalidation.field_validation_error(
+                unknown, duplicates, kind=res.kind, api_version=str(body.get("apiVersion") or res.api_version)
+            )
         return body, fieldvalidation.warnings(unknown, duplicates)
 
     async def _patch_body(self, request: Request) -> tuple[str, Any]:
@@ -451,35 +458,15 @@ class ResourceHandler:
         )
 
     async def bind(self, store: RESTStore, ns: str | None, name: str, binding: Any, wopts: WriteOptions) -> None:
-        if not isinstance(binding, dict) or not isinstance(binding.get("target"), dict):
-            raise errors.bad_request("a Binding with a target is required")
-        node = binding["target"].get("name") or ""
-        if not node:
-            raise errors.invalid("Binding", "", name, [errors.cause("target.name", "Required value",
-                                                                     "FieldValueRequired")])
-        bmeta = binding.get("metadata") or {}
+        if not isinstance(binding, dict):
+            raise errors.bad_request("a Binding object is required")
+        uid = (binding.get("metadata") or {}).get("uid")
 
         def assign(pod: dict[str, Any]) -> dict[str, Any]:
-            spec = pod.setdefault("spec", {})
-            if pod["metadata"].get("deletionTimestamp"):
-                raise errors.conflict("pods", "", name, "pod is being deleted, cannot be assigned to a host")
-            if spec.get("nodeName"):
-                raise errors.conflict("pods", "", name,
-                                      f'pod {name} is already assigned to node "{spec["nodeName"]}"')
-            uid = bmeta.get("uid")
             if uid and uid != pod["metadata"].get("uid"):
-                raise errors.conflict("pods", "", name, "Precondition failed: UID in precondition: "
+                raise errors.conflict("pods/binding", "", name, "Precondition failed: UID in precondition: "
                                       f"{uid}, UID in object meta: {pod['metadata'].get('uid')}")
-            spec["nodeName"] = node
-            annotations = bmeta.get("annotations")
-            if annotations:
-                pod["metadata"].setdefault("annotations", {}).update(annotations)
-            status = pod.setdefault("status", {})
-            conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
-            conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                               "lastTransitionTime": now_rfc3339()})
-            status["conditions"] = conditions
-            return pod
+            return pods.bind(pod, binding)
 
         await store.mutate(ns, name, assign, wopts)
 

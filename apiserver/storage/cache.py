@@ -197,6 +197,20 @@ class WatchCache:
         self.last_event_time = time.monotonic()
 
     @property
+    def compact_key(self) -> str:
+        """The key where the apiservers record each etcd compaction (as upstream's compactor does)."""
+        return f"{self.root}compact_rev_key"
+
+    def _compacted(self, value: bytes) -> None:
+        """After a compaction, watches from older revisions answer 410, as etcd itself would."""
+        try:
+            revision = int(value)
+        except ValueError:
+            return
+        for cache in self.resources.values():
+            cache.history_start = max(cache.history_start, revision)
+
+    @property
     def started(self) -> bool:
         return self._started.is_set()
 
@@ -221,7 +235,7 @@ class WatchCache:
         out: list[Any] = []
         start: str | None = None
         while True:
-            kvs, _, more = await self.store.list(prefix, revision=revision, limit=5000, start=start)
+            kvs, _, more = await self.store.list(prefix, revision=revision, limit=2000, start=start)
             out.extend(kvs)
             if not more or not kvs:
                 return out
@@ -256,6 +270,8 @@ class WatchCache:
                     cache = self._route(ev.key)
                     if cache is not None:
                         cache.apply(ev)
+                    elif ev.key == self.compact_key and not ev.deleted:
+                        self._compacted(ev.value)
                     self.revision = ev.revision
                     start = ev.revision + 1
                     self.last_event_time = time.monotonic()

@@ -34,6 +34,14 @@ T = TypeVar("T")
 
 _RETRIABLE = (etcd_errors.ConnectionFailedError, etcd_errors.ConnectionTimeoutError, rpc.AioRpcError)
 _CALL_TIMEOUT = 5.0
+# Large lists come back in one response; gRPC's 4 MiB default would refuse them.
+_CHANNEL_OPTIONS = {
+    "grpc.max_receive_message_length": 1024 * 1024 * 1024,
+    "grpc.max_send_message_length": 64 * 1024 * 1024,
+    "grpc.keepalive_time_ms": 10000,
+    "grpc.keepalive_timeout_ms": 5000,
+    "grpc.keepalive_permit_without_calls": 1,
+}
 
 
 class KeyExists(Exception):
@@ -146,7 +154,7 @@ class EtcdStore:
         async with self._lock:
             if self._client is None:
                 host, port = self._endpoints[self._index]
-                client = aetcd.Client(host=host, port=port, timeout=_CALL_TIMEOUT)
+                client = aetcd.Client(host=host, port=port, timeout=_CALL_TIMEOUT, options=_CHANNEL_OPTIONS)
                 await client.connect()
                 self._client = client
             return self._client
