@@ -76,42 +76,40 @@ class APIServer:
         await self.cache.stop()
         await self.etcd.close()
 
+    async def _ensure(self, store: RESTStore, namespace: str | None, obj: dict[str, object]) -> None:
+        """Create `obj` unless it exists; every replica runs this, so losing the race is fine."""
+        name = str(obj["metadata"]["name"])  # type: ignore[index]
+        try:
+            await store.get(namespace, name)
+            return
+        except errors.StatusError as exc:
+            if exc.code != 404:
+                raise
+        try:
+            await store.create(namespace, obj, WriteOptions())
+        except errors.StatusError as exc:
+            if exc.code != 409:
+                raise
+
     async def _bootstrap(self) -> None:
-        """System namespaces and the `kubernetes` Service, as upstream's bootstrap controller makes them."""
+        """System namespaces, the `kubernetes` Service and its Endpoints, as upstream's bootstrap controller."""
         namespaces = self.store("", "v1", "namespaces")
         for name in SYSTEM_NAMESPACES:
-            try:
-                await namespaces.create(None, {"metadata": {"name": name}}, WriteOptions())
-            except errors.StatusError as exc:
-                if exc.code != 409:
-                    raise
-        services = self.store("", "v1", "services")
+            await self._ensure(namespaces, None, {"metadata": {"name": name}})
         first_ip = str(next(self.ctx.service_cidr.hosts()))
-        svc = {
+        await self._ensure(self.store("", "v1", "services"), "default", {
             "metadata": {"name": "kubernetes", "namespace": "default",
                          "labels": {"component": "apiserver", "provider": "kubernetes"}},
             "spec": {"clusterIP": first_ip, "type": "ClusterIP", "sessionAffinity": "None",
                      "ports": [{"name": "https", "port": 443, "protocol": "TCP",
                                 "targetPort": self.options.secure_port}]},
-        }
-        try:
-            await services.create("default", svc, WriteOptions())
-        except errors.StatusError as exc:
-            if exc.code != 409:
-                raise
-        endpoints = self.store("", "v1", "endpoints")
-        ep = {
+        })
+        await self._ensure(self.store("", "v1", "endpoints"), "default", {
             "metadata": {"name": "kubernetes", "namespace": "default",
                          "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
             "subsets": [{"addresses": [{"ip": self.options.advertise_address}],
                          "ports": [{"name": "https", "port": self.options.secure_port, "protocol": "TCP"}]}],
-        }
-        try:
-            await endpoints.update("default", "kubernetes", ep, WriteOptions())
-        except errors.StatusError as exc:
-            if exc.code != 404:
-                raise
-            await endpoints.create("default", ep, WriteOptions())
+        })
 
     async def _compact_loop(self) -> None:
         """Compact etcd history every interval to the revision seen one interval earlier, like upstream.

@@ -203,6 +203,7 @@ def unique_ns(kubectl: Kubectl, request: pytest.FixtureRequest) -> str:
     """A fresh namespace for one test."""
     name = f"t-{request.node.name.lower().replace('_', '-')[:40].strip('-')}-{os.getpid() % 1000}"
     name = "".join(c for c in name if c.isalnum() or c == "-")[:60].strip("-")
-    kubectl.run("create", "namespace", name)
+    kubectl.run("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "Namespace",
+                                                        "metadata": {"name": name}}))
     return name
 

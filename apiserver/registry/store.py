@@ -707,8 +707,6 @@ def apply_patch(patch_type: str, current: Obj, patch: Any) -> Obj:
     """The object after a patch of the given type, or a 4xx naming what is wrong with the patch."""
     try:
         if patch_type == "json":
-            if not isinstance(patch, list):
-                raise errors.bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
             result = json_patch(current, patch)
         elif patch_type in ("merge", "strategic"):
             if not isinstance(patch, dict):
@@ -717,7 +715,9 @@ def apply_patch(patch_type: str, current: Obj, patch: Any) -> Obj:
         else:
             raise errors.unsupported_media_type(patch_type)
     except PatchError as exc:
-        raise errors.StatusError(422, "Invalid", str(exc)) from exc
+        if exc.code == 400:
+            raise errors.bad_request(exc.message) from exc
+        raise errors.StatusError(422, "Invalid", exc.message) from exc
     if not isinstance(result, dict):
         raise errors.bad_request("the patched object is not a JSON object")
     return result
