@@ -34,6 +34,7 @@ T = TypeVar("T")
 
 _RETRIABLE = (etcd_errors.ConnectionFailedError, etcd_errors.ConnectionTimeoutError, rpc.AioRpcError)
 _CALL_TIMEOUT = 5.0
+_CLOSE_GRACE = 10.0
 # Large lists come back in one response; gRPC's 4 MiB default would refuse them.
 _CHANNEL_OPTIONS = {
     "grpc.max_receive_message_length": 1024 * 1024 * 1024,
@@ -169,39 +170,60 @@ class EtcdStore:
             self._index = (self._index + 1) % len(self._endpoints)
             log.warning("etcd endpoint failed, moving on", next=self.endpoint)
         if old is not None:
-            try:
-                await asyncio.wait_for(old.close(), 1.0)
-            except Exception:  # noqa: BLE001 - the old channel is dead either way
-                pass
+            # Calls still in flight on the old channel fail over by themselves; closing it at once
+            # would cancel them instead, so close it once they have had time to finish.
+            asyncio.get_running_loop().call_later(
+                _CLOSE_GRACE, lambda: asyncio.ensure_future(self._close_quietly(old))
+            )
+
+    @staticmethod
+    async def _close_quietly(client: aetcd.Client) -> None:
+        try:
+            await asyncio.wait_for(client.close(), 1.0)
+        except Exception:  # noqa: BLE001 - the old channel is dead either way
+            pass
 
     async def _call(self, op: str, fn: Callable[[aetcd.Client], Awaitable[T]], deadline: float = 30.0) -> T:
-        """Run `fn` against etcd, failing over between endpoints until `deadline` seconds pass."""
+        result, _ = await self._call_counted(op, fn, deadline)
+        return result
+
+    async def _call_counted(
+        self, op: str, fn: Callable[[aetcd.Client], Awaitable[T]], deadline: float = 30.0
+    ) -> tuple[T, int]:
+        """Run `fn` against etcd, failing over between endpoints until `deadline` seconds pass.
+
+        Returns the result and how many times the call was sent, so writes can recognise an
+        earlier attempt of their own that landed before its connection broke.
+        """
         start = time.monotonic()
         attempt = 0
         while True:
             generation = self._generation
+            attempt += 1
             try:
                 client = await self._connect()
                 result = await fn(client)
                 ETCD_LATENCY.labels(op, "").observe(time.monotonic() - start)
-                return result
+                return result, attempt
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+                # grpc cancels calls on a channel that was closed under them: treat as a broken connection.
+                exc_text = "call cancelled by a closed channel"
             except _RETRIABLE as exc:
                 if isinstance(exc, rpc.AioRpcError) and exc.code() not in (
                     rpc.StatusCode.UNAVAILABLE, rpc.StatusCode.DEADLINE_EXCEEDED, rpc.StatusCode.UNKNOWN,
                     rpc.StatusCode.CANCELLED,
                 ):
                     raise
-                attempt += 1
-                if time.monotonic() - start > deadline:
-                    raise Unavailable(f"etcd unavailable: {exc}") from exc
-                await self._failover(generation)
-                await asyncio.sleep(min(0.05 * attempt, 0.5))
+                exc_text = str(exc)
             except OSError as exc:
-                attempt += 1
-                if time.monotonic() - start > deadline:
-                    raise Unavailable(f"etcd unavailable: {exc}") from exc
-                await self._failover(generation)
-                await asyncio.sleep(min(0.05 * attempt, 0.5))
+                exc_text = str(exc)
+            if time.monotonic() - start > deadline:
+                raise Unavailable(f"etcd unavailable: {exc_text}")
+            await self._failover(generation)
+            await asyncio.sleep(min(0.05 * attempt, 0.5))
 
     # -- reads -----------------------------------------------------------------
     async def get(self, key: str, revision: int = 0) -> KV | None:
@@ -266,19 +288,17 @@ class EtcdStore:
         compare = [_absent(k) for k in keys]
         success = [_put(key, value)] + [_put(k, v) for k, v in also.items()]
         failure = [_read_op(k) for k in keys]
-        attempts = 0
-        while True:
-            resp = await self._txn("create", compare, success, failure)
-            if resp.succeeded:
-                return int(resp.header.revision)
-            existing = resp.responses[0].response_range.kvs
-            if existing and attempts and existing[0].value == value:
-                # Our own earlier attempt landed before the connection broke: report it once.
-                return int(existing[0].mod_revision)
-            for k, r in zip(keys, resp.responses, strict=True):
-                if r.response_range.kvs:
-                    raise KeyExists(k)
-            attempts += 1
+        resp, sent = await self._txn("create", compare, success, failure)
+        if resp.succeeded:
+            return int(resp.header.revision)
+        existing = resp.responses[0].response_range.kvs
+        if existing and sent > 1 and existing[0].value == value:
+            # Our own earlier attempt landed before its connection broke: report it once.
+            return int(existing[0].mod_revision)
+        for k, r in zip(keys, resp.responses, strict=True):
+            if r.response_range.kvs:
+                raise KeyExists(k)
+        raise RevisionMismatch(None)
 
     async def update(
         self,
@@ -294,7 +314,7 @@ class EtcdStore:
         success = [_put(key, value)] + [_put(k, v) for k, v in also.items()]
         success += [_del(k) for k in also_delete or ()]
         failure = [_read_op(key)] + [_read_op(k) for k in also]
-        resp = await self._txn("update", compare, success, failure)
+        resp, _ = await self._txn("update", compare, success, failure)
         if resp.succeeded:
             return int(resp.header.revision)
         kvs = resp.responses[0].response_range.kvs
@@ -312,15 +332,14 @@ class EtcdStore:
         compare = [_at(key, revision)]
         success = [_del(key)] + [_del(k) for k in also_delete or ()]
         failure = [_read_op(key)]
-        attempts = 0
-        while True:
-            resp = await self._txn("delete", compare, success, failure)
-            if resp.succeeded:
-                return int(resp.header.revision)
-            kvs = resp.responses[0].response_range.kvs
-            if not kvs and attempts:
-                return int(resp.header.revision)
-            raise RevisionMismatch(_kv(kvs[0]) if kvs else None)
+        resp, sent = await self._txn("delete", compare, success, failure)
+        if resp.succeeded:
+            return int(resp.header.revision)
+        kvs = resp.responses[0].response_range.kvs
+        if not kvs and sent > 1:
+            # Our own earlier attempt deleted it before its connection broke.
+            return int(resp.header.revision)
+        raise RevisionMismatch(_kv(kvs[0]) if kvs else None)
 
     async def put_raw(self, key: str, value: bytes) -> int:
         """Unconditional put, for bookkeeping keys only (never API objects)."""
@@ -330,13 +349,13 @@ class EtcdStore:
         resp = await self._call("put", run)
         return int(resp.header.revision)
 
-    async def _txn(self, op: str, compare: list[Any], success: list[Any], failure: list[Any]) -> Any:
+    async def _txn(self, op: str, compare: list[Any], success: list[Any], failure: list[Any]) -> tuple[Any, int]:
         request = rpc.TxnRequest(compare=compare, success=success, failure=failure)
 
         async def run(c: aetcd.Client) -> Any:
             return await c.kvstub.Txn(request, timeout=_CALL_TIMEOUT)
 
-        return await self._call(op, run)
+        return await self._call_counted(op, run)
 
     async def compact(self, revision: int) -> None:
         async def run(c: aetcd.Client) -> Any:
@@ -379,6 +398,12 @@ class EtcdStore:
                     await self._failover(generation)
             except etcd_errors.RevisionCompactedError as exc:
                 raise Compacted(exc.compacted_revision) from exc
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+                failures += 1
+                await self._failover(generation)
             except (*_RETRIABLE, OSError, etcd_errors.ClientError) as exc:
                 failures += 1
                 log.warning("etcd watch broke, resuming", error=str(exc), revision=next_revision)
