@@ -1,0 +1,62 @@
+"""Async REST client for the pyk8s (and any Kubernetes) apiserver."""
+
+from services.client.config import (
+    ClientConfig,
+    ConfigError,
+    in_cluster_config,
+    load_config,
+    load_kubeconfig,
+)
+from services.client.errors import (
+    AlreadyExists,
+    ApiError,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    Gone,
+    InternalError,
+    Invalid,
+    MethodNotAllowed,
+    NotFound,
+    ServerError,
+    ServerTimeout,
+    ServiceUnavailable,
+    TooManyRequests,
+    Unauthorized,
+    error_from_response,
+    error_from_status,
+)
+from services.client.ratelimit import TokenBucket
+from services.client.rest import GVR, Client, ResourceType, Watch, gvr, resource_path
+
+__all__ = [
+    "GVR",
+    "AlreadyExists",
+    "ApiError",
+    "BadRequest",
+    "Client",
+    "ClientConfig",
+    "ConfigError",
+    "Conflict",
+    "Forbidden",
+    "Gone",
+    "InternalError",
+    "Invalid",
+    "MethodNotAllowed",
+    "NotFound",
+    "ResourceType",
+    "ServerError",
+    "ServerTimeout",
+    "ServiceUnavailable",
+    "TokenBucket",
+    "TooManyRequests",
+    "Unauthorized",
+    "Watch",
+    "error_from_response",
+    "error_from_status",
+    "gvr",
+    "in_cluster_config",
+    "load_config",
+    "load_kubeconfig",
+    "resource_path",
+]

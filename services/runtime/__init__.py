@@ -1,0 +1,17 @@
+"""Process bootstrap shared by components: flags, logging, health and metrics, signals."""
+
+from services.runtime.health import HealthServer
+from services.runtime.logging import bind_object, configure_logging, object_ref
+from services.runtime.process import base_parser, client_config, run, setup_logging, start_health
+
+__all__ = [
+    "HealthServer",
+    "base_parser",
+    "bind_object",
+    "client_config",
+    "configure_logging",
+    "object_ref",
+    "run",
+    "setup_logging",
+    "start_health",
+]
