@@ -125,7 +125,12 @@ def not_acceptable(message: str) -> StatusError:
 
 
 def unsupported_media_type(content_type: str) -> StatusError:
-    return StatusError(415, "UnsupportedMediaType", f'the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/merge-patch+json, application/json-patch+json; got "{content_type}"')
+    return StatusError(
+        415,
+        "UnsupportedMediaType",
+        "the body of the request was in an unknown format - accepted media types include: application/json, "
+        f'application/yaml, application/vnd.kubernetes.protobuf; got "{content_type}"',
+    )
 
 
 def internal(message: str) -> StatusError:
