@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import orjson
 import structlog
 
+from apiserver.customresources import CustomResourceServer
 from apiserver.registry.store import RESTStore, ServerContext, WriteOptions
 from apiserver.registry.strategies import strategy_for
 from apiserver.storage.cache import WatchCache
@@ -51,6 +53,8 @@ class APIServer:
         self.stores: dict[tuple[str, str, str], RESTStore] = {}
         for res in self.catalog:
             self.stores[(res.group, res.version, res.plural)] = RESTStore(res, strategy_for(res), self.ctx)
+        self.on_catalog_change: Callable[[], None] = lambda: None
+        self.custom_resources = CustomResourceServer(self, lambda: self.on_catalog_change())
         self.ready = False
         self.bootstrapped = False
         self.etcd_healthy = False
@@ -61,6 +65,7 @@ class APIServer:
 
     async def start(self) -> None:
         await self.cache.start()
+        self.custom_resources.start()
         self.etcd_healthy = True
         self.ready = True
         await self._bootstrap()
@@ -73,6 +78,7 @@ class APIServer:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        await self.custom_resources.stop()
         await self.cache.stop()
         await self.etcd.close()
 

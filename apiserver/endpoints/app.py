@@ -55,6 +55,11 @@ def create_app(server: Any) -> FastAPI:
     app.state.catalog = server.catalog
     app.state.catalog_generation = 0
 
+    def catalog_changed() -> None:
+        app.state.catalog_generation += 1
+
+    server.on_catalog_change = catalog_changed
+
     @app.exception_handler(errors.StatusError)
     async def status_error(request: Request, exc: errors.StatusError) -> Response:
         return _status_response(exc)

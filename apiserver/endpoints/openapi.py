@@ -345,11 +345,17 @@ class _Builder:
         props = self._type_meta(False)
         metadata = dict(self.defs.schemas["io.k8s.api.core.v1.ConfigMap"]["properties"]["metadata"])
         props["metadata"] = metadata
+        gvk = [{"group": res.group, "kind": res.kind, "version": res.version}]
+        if res.schema:
+            declared = {k: v for k, v in (res.schema.get("properties") or {}).items()
+                        if k not in ("apiVersion", "kind", "metadata")}
+            schema = {k: v for k, v in res.schema.items() if k != "properties"}
+            return {**schema, "properties": {**props, **declared}, "x-kubernetes-group-version-kind": gvk}
         return {
             "type": "object",
             "properties": props,
             "x-kubernetes-preserve-unknown-fields": True,
-            "x-kubernetes-group-version-kind": [{"group": res.group, "kind": res.kind, "version": res.version}],
+            "x-kubernetes-group-version-kind": gvk,
         }
 
     def _custom_list(self, res: Resource, item: str) -> Schema:

@@ -18,7 +18,7 @@ from prometheus_client import Counter, Histogram
 from apiserver.endpoints import fieldvalidation, tables
 from apiserver.endpoints.negotiation import PATCH_TYPES, Representation, decode_body, media_type, negotiate, to_yaml
 from apiserver.endpoints.watch import WatchStream, error_event
-from apiserver.registry import pods
+from apiserver.registry import crschema, pods
 from apiserver.registry.store import DeleteOptions, ListOptions, RESTStore, WriteOptions, apply_patch
 from apiserver.storage.cache import Entry
 from services.api import errors
@@ -89,6 +89,11 @@ def parse_path(catalog: Any, legacy: bool, parts: list[str]) -> Target | None:
     if not res.namespaced and namespace is not None:
         raise errors.StatusError(404, "NotFound", "the server could not find the requested resource", {})
     return Target(res, namespace, name, sub, legacy_watch)
+
+
+def _columns(res: Resource) -> list[dict[str, Any]] | None:
+    """A custom resource's additionalPrinterColumns (None: the built-in printers decide)."""
+    return list(res.printer_columns) if res.printer_columns else None
 
 
 def _bool(value: str | None) -> bool:
@@ -256,7 +261,10 @@ class ResourceHandler:
         mode = fieldvalidation.directive(request.query_params.get("fieldValidation"), options_kind)
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request was not a JSON object")
-        unknown = fieldvalidation.prune_unknown_fields(res.api_version, res.kind, body)
+        if res.custom and res.schema is not None:
+            unknown = crschema.prune(res.schema, body)
+        else:
+            unknown = fieldvalidation.prune_unknown_fields(res.api_version, res.kind, body)
         if mode == "Ignore":
             return body, []
         duplicates = fieldvalidation.duplicate_fields(
@@ -322,7 +330,8 @@ class ResourceHandler:
     ) -> Response:
         headers = {"Warning": ", ".join(warnings)} if warnings else None
         if rep.form == "Table":
-            body: Any = tables.to_table(res, [obj], include_object=rep.include_object)
+            body: Any = tables.to_table(res, [obj], include_object=rep.include_object,
+                                         printer_columns=_columns(res))
         elif rep.form == "PartialObjectMetadata":
             body = tables.partial_object_metadata(obj)
         else:
@@ -338,7 +347,8 @@ class ResourceHandler:
         if rep.form != "object":
             objs = [store.out(i.obj) if isinstance(i, Entry) else store.out(i) for i in items]
             if rep.form == "Table":
-                body: Any = tables.to_table(res, objs, list_meta=list_meta, include_object=rep.include_object)
+                body: Any = tables.to_table(res, objs, list_meta=list_meta, include_object=rep.include_object,
+                                             printer_columns=_columns(res))
             else:
                 body = tables.partial_object_metadata_list(objs, list_meta)
             if rep.yaml:
@@ -398,7 +408,8 @@ class ResourceHandler:
 
             def render(obj: dict[str, Any], first: bool) -> bytes:
                 return orjson.dumps(tables.to_table(res, [obj], with_columns=first,
-                                                    include_object=rep.include_object))
+                                                    include_object=rep.include_object,
+                                                    printer_columns=_columns(res)))
         elif rep.form == "PartialObjectMetadata" or rep.form == "PartialObjectMetadataList":
             def render(obj: dict[str, Any], first: bool) -> bytes:
                 return orjson.dumps(tables.partial_object_metadata(obj))
@@ -478,24 +489,23 @@ class ResourceHandler:
 
         def to_scale(obj: dict[str, Any]) -> dict[str, Any]:
             m = obj["metadata"]
-            spec, status = obj.get("spec") or {}, obj.get("status") or {}
-            selector = ""
-            if scale_spec.label_selector == ".spec.selector":
-                sel = spec.get("selector") or {}
-                selector = ",".join(f"{k}={v}" for k, v in sorted(sel.items()))
+            spec = obj.get("spec") or {}
+            if store.res.custom:
+                selector = crschema.value_at(obj, scale_spec.label_selector) if scale_spec.label_selector else ""
+            elif scale_spec.label_selector == ".spec.selector":
+                selector = ",".join(f"{k}={v}" for k, v in sorted((spec.get("selector") or {}).items()))
             else:
-                sel_obj = spec.get("selector")
-                if isinstance(sel_obj, dict):
-                    try:
-                        selector = str(LabelSelector.from_dict(sel_obj))
-                    except ValueError:
-                        selector = ""
+                try:
+                    selector = str(LabelSelector.from_dict(spec.get("selector") or {}))
+                except ValueError:
+                    selector = ""
             return {
                 "kind": "Scale", "apiVersion": "autoscaling/v1",
                 "metadata": {k: m[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
                              if k in m},
-                "spec": {"replicas": int(spec.get("replicas", 0) or 0)},
-                "status": {"replicas": int(status.get("replicas", 0) or 0), "selector": selector},
+                "spec": {"replicas": int(crschema.value_at(obj, scale_spec.spec_replicas) or 0)},
+                "status": {"replicas": int(crschema.value_at(obj, scale_spec.status_replicas) or 0),
+                           "selector": selector or ""},
             }
 
         if verb == "get":
@@ -521,7 +531,7 @@ class ResourceHandler:
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
                 raise errors.invalid("Scale", "autoscaling", name, [errors.cause(
                     "spec.replicas", f"Invalid value: {replicas}: must be greater than or equal to 0")])
-            obj.setdefault("spec", {})["replicas"] = replicas
+            crschema.set_at(obj, scale_spec.spec_replicas, replicas)
             return obj
 
         obj = await store.mutate(ns, name, rescale, wopts)

@@ -42,6 +42,8 @@ def _is_hpa_v1(res: Resource) -> bool:
 
 def to_storage(res: Resource, obj: Obj) -> Obj:
     """The object as it is stored, from the version `res` serves."""
+    if res.custom:
+        return {**obj, "apiVersion": f"{res.group}/{res.stored_version}"}
     if _is_events_v1(res):
         return event_to_core(obj)
     if _is_hpa_v1(res):
@@ -50,7 +52,9 @@ def to_storage(res: Resource, obj: Obj) -> Obj:
 
 
 def from_storage(res: Resource, obj: Obj) -> Obj:
-    """The stored object in the version `res` serves."""
+    """The stored object in the version `res` serves (custom resources: conversion strategy None)."""
+    if res.custom:
+        return {**obj, "apiVersion": res.api_version}
     if _is_events_v1(res):
         return event_from_core(obj)
     if _is_hpa_v1(res):

@@ -112,7 +112,7 @@ class RESTStore:
         self.ctx = ctx
         self.prefix = f"{ctx.root}{res.etcd_prefix}/"
         self.cache: ResourceCache = ctx.cache.register(self.prefix)
-        self._converts = res.version != res.stored_version or res.custom
+        self._converts = res.version != res.stored_version
 
     # -- keys and conversion ------------------------------------------------------
     def key(self, namespace: str | None, name: str) -> str:
@@ -543,6 +543,9 @@ class RESTStore:
             if opts.dry_run:
                 return self.out(new)
             try:
+                if self._finished_deleting(new):
+                    await self.ctx.etcd.delete(key, revision, self.strategy.release(new))
+                    return self.out(new)
                 rv = await self.ctx.etcd.update(key, self._encode(new), revision)
             except RevisionMismatch:
                 continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from apiserver.registry import (
+    apiextensions,
     apps,
     autoscaling,
     batch,
@@ -57,6 +58,7 @@ _BY_GROUP_RESOURCE: dict[tuple[str, str], type[Strategy]] = {
     ("networking.k8s.io", "networkpolicies"): networking.NetworkPolicyStrategy,
     ("storage.k8s.io", "storageclasses"): storage.StorageClassStrategy,
     ("scheduling.k8s.io", "priorityclasses"): scheduling.PriorityClassStrategy,
+    ("apiextensions.k8s.io", "customresourcedefinitions"): apiextensions.CustomResourceDefinitionStrategy,
 }
 
 _CACHE: dict[Resource, Strategy] = {}
@@ -64,11 +66,11 @@ _CACHE: dict[Resource, Strategy] = {}
 
 def strategy_for(res: Resource) -> Strategy:
     """The strategy for a served resource; custom and unknown resources get the plain base class."""
+    if res.custom:
+        # Not cached: a CRD update changes the schema without changing the Resource's identity.
+        return apiextensions.CustomResourceStrategy(res)
     strategy = _CACHE.get(res)
     if strategy is None:
-        cls = _BY_GROUP_RESOURCE.get(res.group_resource, Strategy)
-        if res.custom:
-            cls = Strategy
-        strategy = _CACHE[res] = cls(res)
+        strategy = _CACHE[res] = _BY_GROUP_RESOURCE.get(res.group_resource, Strategy)(res)
     return strategy
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 ALL_VERBS: tuple[str, ...] = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 READ_ONLY_VERBS: tuple[str, ...] = ("get", "list", "watch")
@@ -38,8 +39,11 @@ class Resource:
     storage_path: str = ""
     storage_version: str = ""
     scale: Scale | None = None
-    status_enabled: bool = field(default=False)
     custom: bool = False
+    #: A custom resource's openAPIV3Schema, additionalPrinterColumns and selectableFields (JSON paths).
+    schema: dict[str, Any] | None = field(default=None, hash=False, compare=False)
+    printer_columns: tuple[dict[str, Any], ...] | None = field(default=None, hash=False, compare=False)
+    selectable_fields: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -156,6 +160,8 @@ BUILTIN: tuple[Resource, ...] = (
     _r("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", True, ["netpol"]),
     _r("storage.k8s.io/v1", "StorageClass", "storageclasses", False, ["sc"]),
     _r("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False, ["pc"]),
+    _r("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False,
+       ["crd", "crds"], ["api-extensions"], sub=["status"], path="apiextensions.k8s.io/customresourcedefinitions"),
 )
 
 # The preferred version of each group, newest first where a group serves several.

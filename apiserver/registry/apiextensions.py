@@ -1,0 +1,230 @@
+"""CustomResourceDefinitions, and the strategy every custom resource is served with."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from apiserver.registry import crschema
+from apiserver.registry.strategy import Cause, Obj, Strategy
+from services.api import errors
+from services.api.catalog import Resource, Scale
+from services.api.validation import validate_object_meta
+
+CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_KIND = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+
+
+def _cause(field: str, message: str, reason: str = "FieldValueInvalid") -> Cause:
+    return errors.cause(field, message, reason)
+
+
+class CustomResourceDefinitionStrategy(Strategy):
+    """Upstream's apiextensions validation for the fields that decide what gets served."""
+
+    uses_generation = True
+
+    def defaults(self, obj: Obj) -> None:
+        spec = obj.setdefault("spec", {})
+        names = spec.setdefault("names", {})
+        if names.get("kind") and not names.get("listKind"):
+            names["listKind"] = f"{names['kind']}List"
+        if names.get("plural") and not names.get("singular") and names.get("kind"):
+            names["singular"] = str(names["kind"]).lower()
+        spec.setdefault("conversion", {"strategy": "None"})
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        obj.pop("status", None)
+        finalizers = obj["metadata"].setdefault("finalizers", [])
+        if CLEANUP_FINALIZER not in finalizers:
+            finalizers.append(CLEANUP_FINALIZER)
+
+    def validate(self, obj: Obj) -> list[Cause]:
+        causes = validate_object_meta(obj.get("metadata") or {}, namespaced=False)
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            return [*causes, _cause("spec", "Required value", "FieldValueRequired")]
+        group = spec.get("group") or ""
+        names = spec.get("names") or {}
+        plural = names.get("plural") or ""
+        if not group:
+            causes.append(_cause("spec.group", "Required value", "FieldValueRequired"))
+        elif not _DNS_SUBDOMAIN.match(group) or "." not in group:
+            causes.append(_cause("spec.group", f'Invalid value: "{group}": should be a domain with at least one dot'))
+        for key in ("plural", "singular"):
+            value = names.get(key) or ""
+            if key == "plural" and not value:
+                causes.append(_cause("spec.names.plural", "Required value", "FieldValueRequired"))
+            elif value and not _DNS_LABEL.match(value):
+                causes.append(_cause(f"spec.names.{key}", f'Invalid value: "{value}": a lowercase RFC 1123 label '
+                                     "must consist of lower case alphanumeric characters or '-', and must start "
+                                     "and end with an alphanumeric character"))
+        for key in ("kind", "listKind"):
+            value = names.get(key) or ""
+            if key == "kind" and not value:
+                causes.append(_cause("spec.names.kind", "Required value", "FieldValueRequired"))
+            elif value and not _KIND.match(value):
+                causes.append(_cause(f"spec.names.{key}", f'Invalid value: "{value}": may have mixed case, but '
+                                     "should otherwise match: [a-z]([-a-z0-9]*[a-z0-9])?"))
+        name = (obj.get("metadata") or {}).get("name", "")
+        if plural and group and name != f"{plural}.{group}":
+            causes.append(_cause("metadata.name", f'Invalid value: "{name}": must be spec.names.plural+"."+'
+                                 "spec.group"))
+        scope = spec.get("scope")
+        if scope not in ("Namespaced", "Cluster"):
+            causes.append(_cause("spec.scope", f'Unsupported value: "{scope or ""}": supported values: "Cluster", '
+                                 '"Namespaced"', "FieldValueNotSupported"))
+        versions = spec.get("versions")
+        if not isinstance(versions, list) or not versions:
+            causes.append(_cause("spec.versions", "Invalid value: null: must have exactly one version marked as "
+                                 "storage version"))
+            return causes
+        storage = [v for v in versions if isinstance(v, dict) and v.get("storage")]
+        if len(storage) != 1:
+            causes.append(_cause("spec.versions", f"Invalid value: {len(storage)}: must have exactly one version "
+                                 "marked as storage version"))
+        seen: set[str] = set()
+        for i, version in enumerate(versions):
+            if not isinstance(version, dict):
+                causes.append(_cause(f"spec.versions[{i}]", "Invalid value: must be an object"))
+                continue
+            vname = version.get("name") or ""
+            if not _DNS_LABEL.match(vname):
+                causes.append(_cause(f"spec.versions[{i}].name", f'Invalid value: "{vname}": a DNS-1035 label'))
+            if vname in seen:
+                causes.append(_cause(f"spec.versions[{i}].name", f'Duplicate value: "{vname}"', "FieldValueDuplicate"))
+            seen.add(vname)
+            schema = (version.get("schema") or {}).get("openAPIV3Schema")
+            if schema is None:
+                causes.append(_cause(f"spec.versions[{i}].schema.openAPIV3Schema", "Required value: schemas are "
+                                     "required", "FieldValueRequired"))
+            else:
+                causes += crschema.validate_schema(schema, f"spec.versions[{i}].schema.openAPIV3Schema")
+        return causes
+
+    def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
+        causes = self.validate(new)
+        for field_name in ("group", "scope"):
+            if (new.get("spec") or {}).get(field_name) != (old.get("spec") or {}).get(field_name):
+                causes.append(_cause(f"spec.{field_name}", "Invalid value: field is immutable"))
+        if ((new.get("spec") or {}).get("names") or {}).get("plural") != (
+                (old.get("spec") or {}).get("names") or {}).get("plural"):
+            causes.append(_cause("spec.names.plural", "Invalid value: field is immutable"))
+        return causes
+
+
+class CustomResourceStrategy(Strategy):
+    """Custom resources: the CRD version's structural schema prunes, defaults and validates them."""
+
+    uses_generation = True
+
+    def defaults(self, obj: Obj) -> None:
+        schema = self.resource.schema
+        if schema is not None:
+            crschema.prune(schema, obj)
+            crschema.apply_defaults(schema, obj)
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        if self.resource.has_status:
+            obj.pop("status", None)
+
+    def validate(self, obj: Obj) -> list[Cause]:
+        causes = validate_object_meta(obj.get("metadata") or {}, namespaced=self.resource.namespaced)
+        if self.resource.schema is not None:
+            causes += crschema.validate(self.resource.schema, obj)
+        return causes
+
+    def validate_status_update(self, new: Obj, old: Obj) -> list[Cause]:
+        if self.resource.schema is None:
+            return []
+        return crschema.validate(self.resource.schema, new)
+
+    def field_set(self, obj: Obj) -> dict[str, str]:
+        fields = super().field_set(obj)
+        for path in self.resource.selectable_fields:
+            value = crschema.value_at(obj, path)
+            fields[path.lstrip(".")] = "" if value is None else str(value).lower() if isinstance(value, bool) \
+                else str(value)
+        return fields
+
+
+def served_resources(crd: Obj) -> list[Resource]:
+    """The catalog entries a CRD serves: one per served version."""
+    spec = crd.get("spec") or {}
+    names = spec.get("names") or {}
+    versions = [v for v in spec.get("versions") or [] if isinstance(v, dict)]
+    storage = next((v["name"] for v in versions if v.get("storage")), versions[0]["name"] if versions else "")
+    out = []
+    for version in versions:
+        if not version.get("served", True):
+            continue
+        subresources = version.get("subresources") or {}
+        subs = []
+        scale = None
+        if "status" in subresources:
+            subs.append("status")
+        if "scale" in subresources:
+            subs.append("scale")
+            sc = subresources.get("scale") or {}
+            scale = Scale(
+                spec_replicas=sc.get("specReplicasPath", ".spec.replicas"),
+                status_replicas=sc.get("statusReplicasPath", ".status.replicas"),
+                label_selector=sc.get("labelSelectorPath", ""),
+            )
+        out.append(Resource(
+            group=spec.get("group", ""),
+            version=version["name"],
+            kind=names.get("kind", ""),
+            plural=names.get("plural", ""),
+            singular=names.get("singular") or str(names.get("kind", "")).lower(),
+            namespaced=spec.get("scope") == "Namespaced",
+            short_names=tuple(names.get("shortNames") or ()),
+            categories=tuple(names.get("categories") or ()),
+            subresources=tuple(subs),
+            storage_version=storage,
+            scale=scale,
+            custom=True,
+            schema=(version.get("schema") or {}).get("openAPIV3Schema"),
+            printer_columns=tuple(version.get("additionalPrinterColumns") or ()) or None,
+            selectable_fields=tuple(f.get("jsonPath", "") for f in version.get("selectableFields") or ()),
+        ))
+    return out
+
+
+def accepted_status(crd: Obj, conflicts: str | None) -> dict[str, Any]:
+    """The status the apiserver reports once it has decided about a CRD's names."""
+    spec = crd.get("spec") or {}
+    names = dict(spec.get("names") or {})
+    status = dict(crd.get("status") or {})
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") not in ("NamesAccepted", "Established")]
+    previous = {c.get("type"): c for c in status.get("conditions") or []}
+
+    def condition(kind: str, ok: bool, reason: str, message: str, now: str) -> dict[str, Any]:
+        old = previous.get(kind)
+        state = "True" if ok else "False"
+        since = old["lastTransitionTime"] if old and old.get("status") == state else now
+        return {"type": kind, "status": state, "lastTransitionTime": since, "reason": reason, "message": message}
+
+    from services.api.meta import now_rfc3339
+
+    now = now_rfc3339()
+    if conflicts:
+        conditions.append(condition("NamesAccepted", False, "NameConflict", conflicts, now))
+        conditions.append(condition("Established", False, "NotAccepted", "not all names are accepted", now))
+    else:
+        conditions.append(condition("NamesAccepted", True, "NoConflicts", "no conflicts found", now))
+        conditions.append(condition("Established", True, "InitialNamesAccepted",
+                                    "the initial names have been accepted", now))
+        status["acceptedNames"] = names
+    if crd["metadata"].get("deletionTimestamp"):
+        conditions.append({"type": "Terminating", "status": "True", "lastTransitionTime": now,
+                           "reason": "InstanceDeletionInProgress", "message": "CustomResource deletion is in progress"})
+    status["conditions"] = conditions
+    stored = list(status.get("storedVersions") or [])
+    storage = next((v.get("name") for v in spec.get("versions") or [] if v.get("storage")), None)
+    if storage and storage not in stored:
+        stored.append(storage)
+    status["storedVersions"] = stored
+    return status
