@@ -28,6 +28,7 @@ from services.api.catalog import Resource
 from services.api.meta import generate_name, new_uid, now_rfc3339
 from services.api.patch import PatchError, json_merge_patch, json_patch
 from services.api.selectors import FieldSelector, LabelSelector
+from services.api.strategic import UnsupportedStrategicPatch, strategic_merge_patch
 
 MAX_ALLOCATION_ATTEMPTS = 32
 # Upstream's RetryGenerateName: a generated name that collides is drawn again this many times.
@@ -100,7 +101,7 @@ def decode_continue(token: str) -> tuple[int, str]:
             raise ValueError("bad version")
         return int(data["rv"]), str(data["start"])
     except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
-        raise errors.bad_request(f"continue key is not valid: {exc}") from exc
+        raise errors.bad_request(f"invalid continue token: continue key is not valid: {exc}") from exc
 
 
 class RESTStore:
@@ -205,15 +206,21 @@ class RESTStore:
         """Matching objects (cache entries or decoded objects) and the list metadata."""
         pred = self.predicate(opts)
         rv_match = opts.resource_version_match
+        invalid: list[dict[str, str]] = []
         if rv_match and rv_match not in ("NotOlderThan", "Exact"):
-            raise errors.bad_request(
-                f'resourceVersionMatch: Unsupported value: "{rv_match}": supported values: "Exact", "NotOlderThan"'
-            )
-        if rv_match and not opts.resource_version:
-            raise errors.bad_request("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless "
-                                     "resourceVersion is provided")
+            invalid.append(errors.cause("resourceVersionMatch", f'Unsupported value: "{rv_match}": supported values: '
+                                        '"Exact", "NotOlderThan"', "FieldValueNotSupported"))
+        elif rv_match and not opts.resource_version:
+            invalid.append(errors.cause("resourceVersionMatch", "Forbidden: resourceVersionMatch is forbidden "
+                                        "unless resourceVersion is provided", "FieldValueForbidden"))
+        elif rv_match == "Exact" and opts.resource_version == "0":
+            invalid.append(errors.cause("resourceVersionMatch", 'Forbidden: resourceVersionMatch "exact" is '
+                                        'forbidden for resourceVersion "0"', "FieldValueForbidden"))
         if opts.continue_token and opts.resource_version not in ("", "0"):
-            raise errors.bad_request("specifying resource version is not allowed when using continue")
+            invalid.append(errors.cause("resourceVersion", "Forbidden: specifying resource version is not "
+                                        "allowed when using continue", "FieldValueForbidden"))
+        if invalid:
+            raise errors.invalid("ListOptions", "meta.k8s.io", "", invalid)
         if opts.continue_token or (opts.limit > 0 and opts.resource_version != "0") or rv_match == "Exact":
             return await self._list_etcd(namespace, opts, pred)
         rv = self._parse_rv(opts.resource_version) if opts.resource_version else None
@@ -291,6 +298,9 @@ class RESTStore:
         list_meta: dict[str, Any] = {"resourceVersion": str(revision)}
         if more and last_key:
             list_meta["continue"] = encode_continue(revision, last_key[len(prefix):] + "\0")
+            if pred is None:
+                remaining, _ = await self.ctx.etcd.count(prefix, start=last_key + "\0", revision=revision)
+                list_meta["remainingItemCount"] = remaining
         return out, list_meta
 
     # -- create ---------------------------------------------------------------
@@ -711,15 +721,21 @@ def apply_patch(patch_type: str, current: Obj, patch: Any) -> Obj:
     try:
         if patch_type == "json":
             result = json_patch(current, patch)
-        elif patch_type in ("merge", "strategic"):
+        elif patch_type == "merge":
             if not isinstance(patch, dict):
                 raise errors.bad_request("the patch must be a JSON object")
             result = json_merge_patch(current, patch)
+        elif patch_type == "strategic":
+            result = strategic_merge_patch(current.get("apiVersion", ""), current.get("kind", ""), current, patch)
         else:
             raise errors.unsupported_media_type(patch_type)
+    except UnsupportedStrategicPatch as exc:
+        raise errors.StatusError(415, "UnsupportedMediaType", exc.message) from exc
     except PatchError as exc:
         if exc.code == 400:
             raise errors.bad_request(exc.message) from exc
+        # Upstream answers some malformed strategic patches (a list element without its merge key)
+        # with a bare 500; they are the client's mistake, so they get 422.
         raise errors.StatusError(422, "Invalid", exc.message) from exc
     if not isinstance(result, dict):
         raise errors.bad_request("the patched object is not a JSON object")

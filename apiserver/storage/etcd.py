@@ -251,13 +251,15 @@ class EtcdStore:
         resp = await self._read("list", run)
         return [_kv(kv) for kv in resp.kvs], resp.header.revision, bool(resp.more)
 
-    async def count(self, prefix: str) -> tuple[int, int]:
-        """(number of keys under prefix, current revision)."""
+    async def count(self, prefix: str, start: str | None = None, revision: int = 0) -> tuple[int, int]:
+        """(number of keys under prefix from `start` on, at `revision`; the response's revision)."""
         end = _range_end(prefix.encode())
+        begin = (start or prefix).encode()
 
         async def run(c: aetcd.Client) -> Any:
             return await c.kvstub.Range(
-                rpc.RangeRequest(key=prefix.encode(), range_end=end, count_only=True), timeout=_CALL_TIMEOUT
+                rpc.RangeRequest(key=begin, range_end=end, count_only=True, revision=revision),
+                timeout=_CALL_TIMEOUT,
             )
 
         resp = await self._read("count", run)
