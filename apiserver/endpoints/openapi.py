@@ -216,6 +216,9 @@ def _refs(node: Any) -> set[str]:
             for key, value in cur.items():
                 if key == "$ref" and isinstance(value, str):
                     found.add(value)
+                elif key == "properties" and isinstance(value, dict):
+                    # Property names are data, not keywords: JSONSchemaProps has ones named `$ref` and `x-...`.
+                    stack.extend(value.values())
                 elif not key.startswith("x-"):
                     stack.append(value)
         elif isinstance(cur, list):
@@ -881,7 +884,8 @@ def _v2_operation(op: Schema) -> Schema:
 def _retarget(node: Any) -> Any:
     """Point v3 refs at swagger 2.0's `#/definitions/`."""
     if isinstance(node, dict):
-        return {k: (V2_REF + v.removeprefix(V3_REF) if k == "$ref" else _retarget(v)) for k, v in node.items()}
+        return {k: (V2_REF + v.removeprefix(V3_REF) if k == "$ref" and isinstance(v, str) else _retarget(v))
+                for k, v in node.items()}
     if isinstance(node, list):
         return [_retarget(v) for v in node]
     return node

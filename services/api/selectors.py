@@ -11,6 +11,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from services.api.validation import is_label_value, is_qualified_name
+
 # selection.Operator values, spelled as upstream spells them.
 IN = "in"
 NOT_IN = "notin"
@@ -25,89 +27,9 @@ LESS_THAN = "lt"
 _BINARY_OPERATORS = (IN, NOT_IN, EQUALS, DOUBLE_EQUALS, NOT_EQUALS, GREATER_THAN, LESS_THAN)
 _ALL_OPERATORS = _BINARY_OPERATORS + (EXISTS, DOES_NOT_EXIST)
 
-# ---------------------------------------------------------------------------------------------
-# Validation of label keys and values (k8s.io/apimachinery/pkg/util/validation).
-
-_QNAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_QNAME_RE = re.compile(_QNAME_FMT)
-_QNAME_MSG = (
-    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-    "alphanumeric character"
-)
-_LABEL_VALUE_FMT = f"({_QNAME_FMT})?"
-_LABEL_VALUE_RE = re.compile(_LABEL_VALUE_FMT)
-_LABEL_VALUE_MSG = (
-    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
-    "and must start and end with an alphanumeric character"
-)
-_DNS1123_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN_FMT = _DNS1123_LABEL_FMT + "(\\." + _DNS1123_LABEL_FMT + ")*"
-_DNS1123_SUBDOMAIN_RE = re.compile(_DNS1123_SUBDOMAIN_FMT)
-_DNS1123_SUBDOMAIN_MSG = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-    "and must start and end with an alphanumeric character"
-)
 _INT64_RE = re.compile(r"[+-]?[0-9]+")
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
-
-
-def _regex_error(msg: str, fmt: str, *examples: str) -> str:
-    if not examples:
-        return f"{msg} (regex used for validation is '{fmt}')"
-    shown = " or ".join(f"'{e}', " for e in examples)
-    return f"{msg} (e.g. {shown}regex used for validation is '{fmt}')"
-
-
-def _max_len_error(n: int) -> str:
-    return f"must be no more than {n} characters"
-
-
-def qualified_name_errors(value: str) -> list[str]:
-    """Why `value` is not a qualified name (a label or annotation key); empty when it is."""
-    errs: list[str] = []
-    parts = value.split("/")
-    if len(parts) == 1:
-        name = parts[0]
-    elif len(parts) == 2:
-        prefix, name = parts
-        if not prefix:
-            errs.append("prefix part must be non-empty")
-        else:
-            errs.extend("prefix part " + m for m in dns1123_subdomain_errors(prefix))
-    else:
-        return [
-            "a qualified name "
-            + _regex_error(_QNAME_MSG, _QNAME_FMT, "MyName", "my.name", "123-abc")
-            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        ]
-    if not name:
-        errs.append("name part must be non-empty")
-    elif len(name) > 63:
-        errs.append("name part " + _max_len_error(63))
-    if not _QNAME_RE.fullmatch(name):
-        errs.append("name part " + _regex_error(_QNAME_MSG, _QNAME_FMT, "MyName", "my.name", "123-abc"))
-    return errs
-
-
-def dns1123_subdomain_errors(value: str) -> list[str]:
-    """Why `value` is not an RFC 1123 subdomain; empty when it is."""
-    errs: list[str] = []
-    if len(value) > 253:
-        errs.append(_max_len_error(253))
-    if not _DNS1123_SUBDOMAIN_RE.fullmatch(value):
-        errs.append(_regex_error(_DNS1123_SUBDOMAIN_MSG, _DNS1123_SUBDOMAIN_FMT, "example.com"))
-    return errs
-
-
-def label_value_errors(value: str) -> list[str]:
-    """Why `value` is not a valid label value; empty when it is."""
-    errs: list[str] = []
-    if len(value) > 63:
-        errs.append(_max_len_error(63))
-    if not _LABEL_VALUE_RE.fullmatch(value):
-        errs.append(_regex_error(_LABEL_VALUE_MSG, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345"))
-    return errs
 
 
 def _quote(value: str) -> str:
@@ -191,7 +113,7 @@ class Requirement:
     def create(cls, key: str, operator: str, values: list[str] | None) -> Requirement:
         """Validate like upstream's NewRequirement; raise ValueError with its aggregated message."""
         errs: list[str] = []
-        key_errs = qualified_name_errors(key)
+        key_errs = is_qualified_name(key)
         if key_errs:
             errs.append(f"key: Invalid value: {_quote(key)}: {'; '.join(key_errs)}")
         vals = values or []
@@ -229,7 +151,7 @@ class Requirement:
             supported = ", ".join(_quote(o) for o in _ALL_OPERATORS)
             errs.append(f"operator: Unsupported value: {_quote(operator)}: supported values: {supported}")
         for i, v in enumerate(vals):
-            value_errs = label_value_errors(v)
+            value_errs = is_label_value(v)
             if value_errs:
                 errs.append(f"values[{i}][{key}]: Invalid value: {_quote(v)}: {'; '.join(value_errs)}")
         if errs:
@@ -365,7 +287,7 @@ class _Parser:
         if tok != _T_ID:
             raise ValueError(f"found '{lit}', expected: identifier")
         key = lit
-        key_errs = qualified_name_errors(key)
+        key_errs = is_qualified_name(key)
         if key_errs:
             raise ValueError(f"<nil>: Invalid value: {_quote(key)}: {'; '.join(key_errs)}")
         if negated:

@@ -134,14 +134,14 @@ ENV_VAR_ERR = (
 CONFIG_KEY_FMT = "[-._a-zA-Z0-9]+"
 CONFIG_KEY_ERR = "a valid config key must consist of alphanumeric characters, '-', '_' or '.'"
 
-_DNS1123_LABEL = re.compile(f"^{DNS1123_LABEL_FMT}$")
-_DNS1123_SUBDOMAIN = re.compile(f"^{DNS1123_SUBDOMAIN_FMT}$")
-_DNS1035_LABEL = re.compile(f"^{DNS1035_LABEL_FMT}$")
-_QUALIFIED_NAME = re.compile(f"^{QUALIFIED_NAME_FMT}$")
-_LABEL_VALUE = re.compile(f"^{LABEL_VALUE_FMT}$")
-_ENV_VAR = re.compile(f"^{ENV_VAR_FMT}$")
-_CONFIG_KEY = re.compile(f"^{CONFIG_KEY_FMT}$")
-_PORT_NAME_CHARSET = re.compile("^[-a-z0-9]+$")
+_DNS1123_LABEL = re.compile(f"^{DNS1123_LABEL_FMT}\\Z")
+_DNS1123_SUBDOMAIN = re.compile(f"^{DNS1123_SUBDOMAIN_FMT}\\Z")
+_DNS1035_LABEL = re.compile(f"^{DNS1035_LABEL_FMT}\\Z")
+_QUALIFIED_NAME = re.compile(f"^{QUALIFIED_NAME_FMT}\\Z")
+_LABEL_VALUE = re.compile(f"^{LABEL_VALUE_FMT}\\Z")
+_ENV_VAR = re.compile(f"^{ENV_VAR_FMT}\\Z")
+_CONFIG_KEY = re.compile(f"^{CONFIG_KEY_FMT}\\Z")
+_PORT_NAME_CHARSET = re.compile("^[-a-z0-9]+\\Z")
 _HAS_LETTER = re.compile("[a-z]")
 
 
@@ -197,7 +197,7 @@ def is_qualified_name(value: str) -> list[str]:
         errs.append("name part must be non-empty")
     elif len(name) > QUALIFIED_NAME_MAX:
         errs.append("name part " + max_len_error(QUALIFIED_NAME_MAX))
-    if name and not _QUALIFIED_NAME.match(name):
+    if not _QUALIFIED_NAME.match(name):
         errs.append("name part " + regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc"))
     return errs
 

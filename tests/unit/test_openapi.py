@@ -36,7 +36,7 @@ def all_refs(node: Any) -> set[str]:
     found: set[str] = set()
     if isinstance(node, dict):
         for key, value in node.items():
-            if key == "$ref":
+            if key == "$ref" and isinstance(value, str):
                 found.add(value)
             else:
                 found |= all_refs(value)

@@ -19,9 +19,8 @@ from services.api.selectors import (
     LabelSelector,
     Requirement,
     escape_field_value,
-    label_value_errors,
-    qualified_name_errors,
 )
+from services.api.validation import is_label_value, is_qualified_name
 
 QNAME_HELP = (
     "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
@@ -153,18 +152,18 @@ def test_parse_error_bad_prefix() -> None:
 
 
 def test_validation_helpers() -> None:
-    assert qualified_name_errors("example.com/MyName") == []
-    assert qualified_name_errors("123-abc") == []
-    assert qualified_name_errors("-abc") != []
-    assert qualified_name_errors("a" * 63) == []
-    assert qualified_name_errors("e" * 254 + "/x") == ["prefix part must be no more than 253 characters"]
-    assert label_value_errors("") == []
-    assert label_value_errors("a_b.c-d") == []
-    assert label_value_errors("a_") != []
-    assert label_value_errors("a b") != []
+    assert is_qualified_name("example.com/MyName") == []
+    assert is_qualified_name("123-abc") == []
+    assert is_qualified_name("-abc") != []
+    assert is_qualified_name("a" * 63) == []
+    assert is_qualified_name("e" * 254 + "/x") == ["prefix part must be no more than 253 characters"]
+    assert is_label_value("") == []
+    assert is_label_value("a_b.c-d") == []
+    assert is_label_value("a_") != []
+    assert is_label_value("a b") != []
     # A trailing newline must not slip past an end-of-string anchor.
-    assert qualified_name_errors("abc\n") != []
-    assert label_value_errors("abc\n") != []
+    assert is_qualified_name("abc\n") != []
+    assert is_label_value("abc\n") != []
     with pytest.raises(ValueError, match="name part must consist"):
         LabelSelector.from_dict({"matchLabels": {"app\n": "x"}})
 

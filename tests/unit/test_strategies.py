@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from apiserver.registry import conversion
+from apiserver.registry.apiextensions import CustomResourceStrategy
 from apiserver.registry.pods import bind
 from apiserver.registry.strategies import strategy_for
-from apiserver.registry.strategy import Strategy
 from services.api.catalog import BUILTIN, Resource
 from services.api.errors import StatusError
 
@@ -59,7 +59,7 @@ def test_strategy_for_maps_and_caches() -> None:
     assert type(strategy_for(pods)).__name__ == "PodStrategy"
     assert strategy_for(pods) is strategy_for(pods)
     custom = Resource("example.com", "v1", "Widget", "widgets", "widget", True, custom=True)
-    assert type(strategy_for(custom)) is Strategy
+    assert type(strategy_for(custom)) is CustomResourceStrategy
 
 
 # -- pods -----------------------------------------------------------------------------
