@@ -124,7 +124,7 @@ def start_apiserver(etcd_urls: list[str], workdir: Path, *extra: str, port: int 
         if proc.poll() is not None:
             raise RuntimeError(f"apiserver exited:\n{server.log_tail()}")
         try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200 and proc.poll() is None:
                 return server
         except httpx.HTTPError:
             pass

@@ -8,9 +8,11 @@ from typing import Any
 import orjson
 import yaml
 
+from apiserver.endpoints import protobuf
 from services.api import errors
 
 MAX_BODY_BYTES = 3 * 1024 * 1024
+PROTOBUF = "application/vnd.kubernetes.protobuf"
 
 PATCH_TYPES = {
     "application/json-patch+json": "json",
@@ -46,9 +48,9 @@ def decode_body(raw: bytes, content_type: str | None) -> Any:
             return yaml.load(raw, Loader=_StringTimestampLoader)  # noqa: S506 - SafeLoader subclass
         except yaml.YAMLError as exc:
             raise errors.bad_request(f"error converting YAML to JSON: {exc}".replace("\n", " ")) from exc
+    if mt == PROTOBUF:
+        return protobuf.decode_request(raw)
     if mt and not (mt == "application/json" or mt.endswith("+json") or mt == "*/*"):
-        if mt == "application/vnd.kubernetes.protobuf":
-            raise errors.unsupported_media_type(mt)
         raise errors.unsupported_media_type(mt)
     try:
         return orjson.loads(raw)

@@ -204,10 +204,9 @@ def _timestamp(raw: bytes, micro: bool, where: str) -> str | None:
     nanos %= 1_000_000_000
     if not _MIN_SECONDS <= seconds <= _MAX_SECONDS:
         raise ProtobufError(f"{where}: timestamp {seconds}s is outside the years 1 to 9999")
-    moment = _EPOCH + datetime.timedelta(seconds=seconds, microseconds=nanos // 1000)
-    if micro:
-        return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    m = _EPOCH + datetime.timedelta(seconds=seconds, microseconds=nanos // 1000)
+    text = f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
+    return f"{text}.{m.microsecond:06d}Z" if micro else f"{text}Z"
 
 
 def go_duration(ns: int) -> str:

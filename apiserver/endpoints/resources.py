@@ -16,7 +16,15 @@ from fastapi.responses import Response, StreamingResponse
 from prometheus_client import Counter, Histogram
 
 from apiserver.endpoints import fieldvalidation, tables
-from apiserver.endpoints.negotiation import PATCH_TYPES, Representation, decode_body, media_type, negotiate, to_yaml
+from apiserver.endpoints.negotiation import (
+    PATCH_TYPES,
+    PROTOBUF,
+    Representation,
+    decode_body,
+    media_type,
+    negotiate,
+    to_yaml,
+)
 from apiserver.endpoints.watch import WatchStream, error_event
 from apiserver.registry import crschema, pods
 from apiserver.registry.store import DeleteOptions, ListOptions, RESTStore, WriteOptions, apply_patch
@@ -145,6 +153,8 @@ class ResourceHandler:
 
     async def handle(self, request: Request, target: Target) -> Response:
         method = request.method
+        if target.legacy_watch and method != "GET":
+            raise errors.method_not_allowed()
         verb = self._verb(method, target, request.query_params)
         started = time.monotonic()
         code = 500
@@ -267,8 +277,9 @@ class ResourceHandler:
             unknown = fieldvalidation.prune_unknown_fields(res.api_version, res.kind, body)
         if mode == "Ignore":
             return body, []
-        duplicates = fieldvalidation.duplicate_fields(
-            raw, media_type(content_type).endswith("yaml"), api_version=res.api_version, kind=res.kind
+        mt = media_type(content_type)
+        duplicates = [] if mt == PROTOBUF else fieldvalidation.duplicate_fields(
+            raw, mt.endswith("yaml"), api_version=res.api_version, kind=res.kind
         )
         if mode == "Strict" and (unknown or duplicates):
             raise fieldvalidation.field_validation_error(
