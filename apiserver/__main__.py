@@ -31,6 +31,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--advertise-address", default="127.0.0.1")
     p.add_argument("--service-cluster-ip-range", default="10.96.0.0/12")
     p.add_argument("--service-node-port-range", default="30000-32767")
+    p.add_argument("--service-account-issuer", default="https://kubernetes.default.svc.cluster.local")
+    p.add_argument("--service-account-signing-key-file", default="",
+                   help="EC private key that signs service-account tokens (default: one kept in --cert-dir)")
+    p.add_argument("--api-audiences", default="", help="comma-separated; default: the issuer")
     p.add_argument("--v", type=int, default=0, help="log verbosity")
     p.add_argument("--log-format", choices=("console", "json"), default="console")
     return p.parse_args(argv)
@@ -56,6 +60,10 @@ async def serve(args: argparse.Namespace) -> None:
         compaction_interval=args.etcd_compaction_interval or 10**9,
         advertise_address=args.advertise_address,
         secure_port=args.secure_port or args.insecure_port,
+        cert_dir=args.cert_dir,
+        service_account_issuer=args.service_account_issuer,
+        service_account_signing_key_file=args.service_account_signing_key_file,
+        api_audiences=[a for a in args.api_audiences.split(",") if a],
     )
     server = APIServer(options)
     app = APIApp(server)

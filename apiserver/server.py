@@ -6,10 +6,12 @@ import asyncio
 import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import orjson
 import structlog
 
+from apiserver.auth.tokens import DEFAULT_ISSUER, TokenIssuer
 from apiserver.customresources import CustomResourceServer
 from apiserver.registry.store import RESTStore, ServerContext, WriteOptions
 from apiserver.registry.strategies import strategy_for
@@ -32,6 +34,10 @@ class Options:
     compaction_interval: float = 300.0
     advertise_address: str = "127.0.0.1"
     secure_port: int = 6443
+    cert_dir: str = "/var/run/pyk8s"
+    service_account_issuer: str = DEFAULT_ISSUER
+    service_account_signing_key_file: str = ""
+    api_audiences: list[str] = field(default_factory=list)
 
 
 class APIServer:
@@ -49,6 +55,10 @@ class APIServer:
             root=root,
             service_cidr=ipaddress.IPv4Network(options.service_cluster_ip_range, strict=False),
             node_port_range=options.service_node_port_range,
+        )
+        self.tokens = TokenIssuer.load_or_create(
+            options.service_account_signing_key_file, Path(options.cert_dir), options.service_account_issuer,
+            options.api_audiences,
         )
         self.stores: dict[tuple[str, str, str], RESTStore] = {}
         for res in self.catalog:

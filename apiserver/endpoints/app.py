@@ -79,7 +79,7 @@ def create_app(server: Any) -> FastAPI:
         log.exception("unhandled error", path=request.url.path, method=request.method)
         return _status_response(errors.internal(f"{type(exc).__name__}: {exc}"))
 
-    handler = ResourceHandler(server.stores)
+    handler = ResourceHandler(server.stores, server.tokens)
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
     async def serve(request: Request, legacy: bool, path: str) -> Response:

@@ -721,6 +721,8 @@ AUTHENTICATION: dict[str, str] = {
     "TokenReviewSpec": "1 token, 2 audiences []s",
     "TokenReviewStatus": "1 authenticated b, 2 user UserInfo, 3 error, 4 audiences []s",
     "UserInfo": "1 username, 2 uid, 3 groups []s, 4 extra {}SL",
+    "SelfSubjectReview": "1 metadata ObjectMeta, 2 status SelfSubjectReviewStatus",
+    "SelfSubjectReviewStatus": "1 userInfo UserInfo",
 }
 
 AUTHORIZATION: dict[str, str] = {
@@ -800,7 +802,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "networking": ("Ingress", "IngressClass", "NetworkPolicy"),
     "storage": ("StorageClass",),
     "scheduling": ("PriorityClass",),
-    "authentication": ("TokenRequest", "TokenReview"),
+    "authentication": ("TokenRequest", "TokenReview", "SelfSubjectReview"),
     "authorization": (
         "SubjectAccessReview", "LocalSubjectAccessReview", "SelfSubjectAccessReview", "SelfSubjectRulesReview",
     ),

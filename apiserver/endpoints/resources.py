@@ -15,6 +15,8 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from prometheus_client import Counter, Histogram
 
+from apiserver.auth import reviews
+from apiserver.auth.tokens import TokenIssuer
 from apiserver.endpoints import fieldvalidation, tables
 from apiserver.endpoints.negotiation import (
     PATCH_TYPES,
@@ -134,6 +136,15 @@ def _selectors(params: Any) -> tuple[LabelSelector | None, FieldSelector | None]
     return labels, fields
 
 
+def _write_options(request: Request) -> WriteOptions:
+    """Options of a write; the field manager defaults to the user agent's product, as upstream's does."""
+    params = request.query_params
+    manager = params.get("fieldManager") or ""
+    if not manager:
+        manager = (request.headers.get("user-agent") or "").split("/", 1)[0] or "unknown"
+    return WriteOptions(dry_run=_dry_run(params), field_manager=manager, force=_bool(params.get("force")))
+
+
 def _dry_run(params: Any) -> bool:
     values = params.getlist("dryRun")
     for v in values:
@@ -145,8 +156,9 @@ def _dry_run(params: Any) -> bool:
 class ResourceHandler:
     """Runs one request against the right `RESTStore`."""
 
-    def __init__(self, stores: dict[tuple[str, str, str], RESTStore]) -> None:
+    def __init__(self, stores: dict[tuple[str, str, str], RESTStore], tokens: TokenIssuer) -> None:
         self.stores = stores
+        self.tokens = tokens
 
     def store(self, res: Resource) -> RESTStore:
         return self.stores[(res.group, res.version, res.plural)]
@@ -217,7 +229,9 @@ class ResourceHandler:
             items, list_meta = await store.list(ns, opts)
             return self._list(store, items, list_meta, rep)
         dry_run = _dry_run(params)
-        wopts = WriteOptions(dry_run=dry_run, field_manager=params.get("fieldManager", ""))
+        wopts = _write_options(request)
+        if verb == "create" and res.group in ("authentication.k8s.io", "authorization.k8s.io"):
+            return await self._review(request, res)
         if verb == "create" and res.kind == "Binding" and not res.group:
             binding = decode_body(await self._raw(request), request.headers.get("content-type"))
             pod_name = (binding.get("metadata") or {}).get("name", "") if isinstance(binding, dict) else ""
@@ -236,6 +250,9 @@ class ResourceHandler:
             return self._object(obj, rep, res, 201 if created else 200, warnings)
         if verb == "patch":
             patch_type, patch = await self._patch_body(request)
+            if patch_type == "apply":
+                obj, created = await store.apply(ns, name or "", patch, wopts)
+                return self._object(obj, rep, res, 201 if created else 200)
             obj = await store.patch(ns, name or "", patch_type, patch, wopts)
             return self._object(obj, rep, res, 200)
         if verb == "delete":
@@ -295,10 +312,15 @@ class ResourceHandler:
                 415, "UnsupportedMediaType",
                 f"the server does not support the patch type {mt!r}; supported: " + ", ".join(PATCH_TYPES),
             )
-        if patch_type == "apply":
-            raise errors.StatusError(415, "UnsupportedMediaType",
-                                     "server-side apply (application/apply-patch+yaml) is not supported yet")
         raw = await self._raw(request)
+        if patch_type == "apply":
+            if not request.query_params.get("fieldManager"):
+                raise errors.invalid("PatchOptions", "meta.k8s.io", "", [errors.cause(
+                    "fieldManager", "Required value: is required for apply patch", "FieldValueRequired")])
+            return patch_type, decode_body(raw, "application/apply-patch+yaml")
+        if "force" in request.query_params:
+            raise errors.invalid("PatchOptions", "meta.k8s.io", "", [errors.cause(
+                "force", "Forbidden: may not be specified for non-apply patch", "FieldValueForbidden")])
         return patch_type, decode_body(raw, "application/json")
 
     async def _delete_options(self, request: Request, dry_run: bool) -> DeleteOptions:
@@ -450,8 +472,7 @@ class ResourceHandler:
         self, request: Request, target: Target, store: RESTStore, verb: str, rep: Representation
     ) -> Response:
         res, ns, name, sub = target.res, target.namespace, target.name or "", target.subresource
-        params = request.query_params
-        wopts = WriteOptions(dry_run=_dry_run(params), field_manager=params.get("fieldManager", ""))
+        wopts = _write_options(request)
         if sub in ("status", "finalize"):
             if verb == "get" and sub == "status":
                 return self._object(await store.get(ns, name), rep, res)
@@ -461,7 +482,10 @@ class ResourceHandler:
                 return self._object(obj, rep, res, 200, warnings)
             if verb == "patch" and sub == "status":
                 patch_type, patch = await self._patch_body(request)
-                obj = await store.patch(ns, name, patch_type, patch, wopts, subresource="status")
+                if patch_type == "apply":
+                    obj, _ = await store.apply(ns, name, patch, wopts, subresource="status")
+                else:
+                    obj = await store.patch(ns, name, patch_type, patch, wopts, subresource="status")
                 return self._object(obj, rep, res)
             raise errors.method_not_allowed()
         if sub == "scale" and res.scale is not None:
@@ -474,10 +498,41 @@ class ResourceHandler:
                                "code": 201}, 201)
         if sub == "eviction" and verb == "create":
             return await self._evict(request, store, ns, name, wopts)
+        if sub == "token" and verb == "create":
+            return await self._token(request, store, ns or "", name)
         raise errors.StatusError(
             405 if sub in res.subresources else 404, "MethodNotAllowed" if sub in res.subresources else "NotFound",
             f"the server does not serve {verb} on {res.plural}/{sub} yet",
         )
+
+    async def _review(self, request: Request, res: Resource) -> Response:
+        raw = await self._raw(request)
+        body = decode_body(raw, request.headers.get("content-type")) if raw.strip() else None
+        if res.kind == "TokenReview":
+            out = reviews.token_review(self.tokens, body)
+        elif res.kind == "SelfSubjectReview":
+            out = reviews.self_subject_review(self.tokens, body, request.headers.get("authorization"))
+        else:
+            out = reviews.access_review(res.kind, body)
+        return self._json(out, 201)
+
+    async def _token(self, request: Request, store: RESTStore, ns: str, name: str) -> Response:
+        raw = await self._raw(request)
+        body = decode_body(raw, request.headers.get("content-type")) if raw.strip() else {}
+        account = await store.get(ns, name)
+        bound = ((body or {}).get("spec") or {}).get("boundObjectRef") if isinstance(body, dict) else None
+        if bound:
+            kind = bound.get("kind")
+            plural = {"Pod": "pods", "Secret": "secrets"}.get(kind or "")
+            if plural is None:
+                raise errors.bad_request(f"cannot bind token to object of type {kind}")
+            target = await self.stores[("", "v1", plural)].get(ns, bound.get("name", ""))
+            if bound.get("uid") and bound["uid"] != target["metadata"].get("uid"):
+                raise errors.conflict(plural, "", bound.get("name", ""), "the UID in the bound object reference "
+                                      f"({bound['uid']}) does not match the UID in record. The object might have "
+                                      "been deleted and then recreated")
+            bound = {**bound, "uid": target["metadata"].get("uid", "")}
+        return self._json(reviews.token_request(self.tokens, body, ns, account, bound), 201)
 
     async def bind(self, store: RESTStore, ns: str | None, name: str, binding: Any, wopts: WriteOptions) -> None:
         if not isinstance(binding, dict):
@@ -545,7 +600,7 @@ class ResourceHandler:
             crschema.set_at(obj, scale_spec.spec_replicas, replicas)
             return obj
 
-        obj = await store.mutate(ns, name, rescale, wopts)
+        obj = await store.mutate(ns, name, rescale, wopts, subresource="scale")
         return self._json(to_scale(obj))
 
     async def _evict(

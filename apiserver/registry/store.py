@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import dataclasses
 import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from apiserver.storage.cache import Entry, ResourceCache, WatchCache, decode
 from apiserver.storage.etcd import Compacted, EtcdStore, KeyExists, RevisionMismatch
 from services.api import errors
 from services.api.catalog import Resource
+from services.api.fieldmanager import InvalidApply, update_managed_fields
+from services.api.fieldmanager import apply as fm_apply
 from services.api.meta import generate_name, new_uid, now_rfc3339
 from services.api.patch import PatchError, json_merge_patch, json_patch
 from services.api.selectors import FieldSelector, LabelSelector
@@ -72,6 +75,9 @@ class ListOptions:
 class WriteOptions:
     dry_run: bool = False
     field_manager: str = ""
+    force: bool = False
+    #: managedFields were already computed (server-side apply), so the write does not track them again.
+    tracked: bool = False
 
 
 @dataclass
@@ -384,12 +390,22 @@ class RESTStore:
         else:
             m.pop("generation", None)
         self.strategy.defaults(obj)
+        obj = self._track(None, obj, opts, "")
         self.strategy.prepare_for_create(obj)
         causes = self.strategy.validate(obj)
         if causes:
             raise self._invalid(name, causes)
         await self._check_namespace(namespace, name)
         return await self._store_new(obj, name, opts.dry_run)
+
+    def _track(self, old: Obj | None, new: Obj, opts: WriteOptions, subresource: str) -> Obj:
+        """`new` with metadata.managedFields recording this write's manager (upstream's field manager)."""
+        if opts.tracked:
+            return new
+        return update_managed_fields(
+            self.res.api_version, self.res.kind, old, new, opts.field_manager or "unknown",
+            subresource=subresource, now=now_rfc3339(), schema=self.res.schema,
+        )
 
     async def _store_new(self, obj: Obj, name: str, dry_run: bool) -> Obj:
         m = obj["metadata"]
@@ -462,7 +478,7 @@ class RESTStore:
                 old_view = old
             else:
                 old_view = old
-            result = await self._prepare_update(new, old_view, subresource)
+            result = await self._prepare_update(new, old_view, subresource, opts)
             if result is None:
                 return self.out(old), False
             new, allocation_old = result
@@ -490,7 +506,9 @@ class RESTStore:
         m = obj["metadata"]
         return bool(m.get("deletionTimestamp")) and not m.get("finalizers") and not self.strategy.deletion_blocked(obj)
 
-    async def _prepare_update(self, new: Obj, old: Obj, subresource: str) -> tuple[Obj, Obj] | None:
+    async def _prepare_update(
+        self, new: Obj, old: Obj, subresource: str, opts: WriteOptions
+    ) -> tuple[Obj, Obj] | None:
         """Apply the strategy to an update; None when nothing would change."""
         name = old["metadata"].get("name", "")
         m, om = new["metadata"], old["metadata"]
@@ -506,6 +524,8 @@ class RESTStore:
             m.pop("generation", None)
         m["resourceVersion"] = om.get("resourceVersion")
         self.strategy.defaults(new)
+        new = self._track(old, new, opts, subresource)
+        m = new["metadata"]
         if subresource == "status":
             self.strategy.prepare_for_status_update(new, old)
             for f in ("labels", "annotations", "finalizers", "ownerReferences"):
@@ -538,7 +558,8 @@ class RESTStore:
         return new, old
 
     async def mutate(
-        self, namespace: str | None, name: str, change: Callable[[Obj], Obj], opts: WriteOptions
+        self, namespace: str | None, name: str, change: Callable[[Obj], Obj], opts: WriteOptions,
+        subresource: str = "",
     ) -> Obj:
         """Read-modify-write for subresources with their own rules (binding, scale)."""
         key = self.key(namespace, name)
@@ -546,6 +567,8 @@ class RESTStore:
             obj, revision = await self._read(namespace, name)
             old = copy.deepcopy(obj)
             new = change(obj)
+            if subresource:
+                new = self._track(old, new, opts, subresource)
             if new == old:
                 return self.out(new)
             if self.strategy.uses_generation and self.strategy.spec_changed(new, old):
@@ -591,6 +614,44 @@ class RESTStore:
             raise self._not_found(name)
         obj, _ = await self._guaranteed_update(namespace, name, apply, opts, subresource, wanted_rv)
         return obj
+
+    async def apply(
+        self, namespace: str | None, name: str, config: Any, opts: WriteOptions, subresource: str = ""
+    ) -> tuple[Obj, bool]:
+        """Server-side apply: returns the object and whether the apply created it."""
+        tracked = dataclasses.replace(opts, tracked=True)
+
+        def merge(live: Obj | None) -> Obj:
+            try:
+                return fm_apply(
+                    self.res.api_version, self.res.kind, live, config, opts.field_manager, opts.force,
+                    now_rfc3339(), subresource=subresource, schema=self.res.schema,
+                )
+            except InvalidApply as exc:
+                # Upstream answers configurations its schema cannot type with a bare 500; they are the
+                # client's mistake, so they get 422.
+                code = 422 if exc.code >= 500 else exc.code
+                raise errors.StatusError(code, "Invalid" if code == 422 else exc.reason, str(exc)) from exc
+
+        while True:
+            kv = await self.ctx.etcd.get(self.key(namespace, name))
+            if kv is None:
+                if subresource:
+                    raise self._not_found(name)
+                created = merge(None)
+                body_name = (created.get("metadata") or {}).get("name")
+                if body_name != name:
+                    raise errors.bad_request(
+                        f"the name of the object ({body_name}) does not match the name on the URL ({name})"
+                    )
+                try:
+                    return await self.create(namespace, created, tracked), True
+                except errors.StatusError as exc:
+                    if exc.reason != "AlreadyExists":
+                        raise
+                    continue
+            obj, _ = await self._guaranteed_update(namespace, name, merge, tracked, subresource, "")
+            return obj, False
 
     # -- delete ---------------------------------------------------------------
     async def delete(self, namespace: str | None, name: str, opts: DeleteOptions) -> tuple[Obj, bool]:

@@ -160,6 +160,13 @@ BUILTIN: tuple[Resource, ...] = (
     _r("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", True, ["netpol"]),
     _r("storage.k8s.io/v1", "StorageClass", "storageclasses", False, ["sc"]),
     _r("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False, ["pc"]),
+    _r("authentication.k8s.io/v1", "TokenReview", "tokenreviews", False, verbs=("create",)),
+    _r("authentication.k8s.io/v1", "SelfSubjectReview", "selfsubjectreviews", False, verbs=("create",)),
+    _r("authorization.k8s.io/v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", False, verbs=("create",)),
+    _r("authorization.k8s.io/v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews", False, verbs=("create",)),
+    _r("authorization.k8s.io/v1", "SubjectAccessReview", "subjectaccessreviews", False, verbs=("create",)),
+    _r("authorization.k8s.io/v1", "LocalSubjectAccessReview", "localsubjectaccessreviews", True,
+       verbs=("create",)),
     _r("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False,
        ["crd", "crds"], ["api-extensions"], sub=["status"], path="apiextensions.k8s.io/customresourcedefinitions"),
 )

@@ -1,0 +1,48 @@
+"""TokenRequest, TokenReview and the review APIs against a real apiserver."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+
+from tests.conftest import Kubectl
+
+
+def test_token_request_and_review(apiserver: str) -> None:
+    ns = f"tok-{uuid.uuid4().hex[:6]}"
+    with httpx.Client(base_url=apiserver) as c:
+        assert c.post("/api/v1/namespaces", json={"metadata": {"name": ns}}).status_code == 201
+        sa = c.post(f"/api/v1/namespaces/{ns}/serviceaccounts", json={"metadata": {"name": "bot"}}).json()
+        r = c.post(f"/api/v1/namespaces/{ns}/serviceaccounts/bot/token",
+                   json={"spec": {"audiences": ["vault"], "expirationSeconds": 700}})
+        assert r.status_code == 201, r.text
+        token = r.json()["status"]["token"]
+        assert r.json()["status"]["expirationTimestamp"].endswith("Z")
+        review = c.post("/apis/authentication.k8s.io/v1/tokenreviews",
+                        json={"spec": {"token": token, "audiences": ["vault"]}}).json()["status"]
+        assert review["authenticated"] is True
+        assert review["user"]["username"] == f"system:serviceaccount:{ns}:bot"
+        assert review["user"]["uid"] == sa["metadata"]["uid"]
+        assert f"system:serviceaccounts:{ns}" in review["user"]["groups"]
+        wrong = c.post("/apis/authentication.k8s.io/v1/tokenreviews",
+                       json={"spec": {"token": token, "audiences": ["other"]}}).json()["status"]
+        assert wrong["authenticated"] is False and "audiences" in wrong["error"]
+        forged = c.post("/apis/authentication.k8s.io/v1/tokenreviews",
+                        json={"spec": {"token": token[:-4] + "AAAA"}}).json()["status"]
+        assert forged["authenticated"] is False
+        too_short = c.post(f"/api/v1/namespaces/{ns}/serviceaccounts/bot/token",
+                           json={"spec": {"expirationSeconds": 60}})
+        assert too_short.status_code == 422
+        missing = c.post(f"/api/v1/namespaces/{ns}/serviceaccounts/nobody/token", json={"spec": {}})
+        assert missing.status_code == 404
+        fresh = c.post(f"/api/v1/namespaces/{ns}/serviceaccounts/bot/token", json={}).json()["status"]["token"]
+        me = c.post("/apis/authentication.k8s.io/v1/selfsubjectreviews", json={},
+                    headers={"authorization": f"Bearer {fresh}"})
+        assert me.json()["status"]["userInfo"]["username"] == f"system:serviceaccount:{ns}:bot"
+
+
+def test_access_reviews_with_kubectl(kubectl: Kubectl) -> None:
+    assert kubectl.run("auth", "can-i", "create", "pods").stdout.strip() == "yes"
+    assert "*.*" in kubectl.run("auth", "can-i", "--list").stdout
+    assert "system:anonymous" in kubectl.run("auth", "whoami").stdout
