@@ -1,0 +1,121 @@
+"""Cluster PKI and kubeconfigs, laid out like kubeadm's /etc/kubernetes/pki so the same files serve
+`pyk8s up`, the `pyk8s pki` command and the systemd units."""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from cryptography import x509
+
+from services.runtime import pki
+
+SERVICE_CIDR = "10.96.0.0/12"
+CLUSTER_NAME = "pyk8s"
+
+
+@dataclass(frozen=True)
+class ClientIdentity:
+    """A client cert to issue: `name` names the files, `user` and `groups` are what the apiserver sees."""
+
+    name: str
+    user: str
+    groups: tuple[str, ...] = ()
+
+
+ADMIN = ClientIdentity("admin", "kubernetes-admin", ("system:masters",))
+CLIENTS = (ADMIN,)
+
+
+def apiserver_hosts(extra: Sequence[str] = (), service_cidr: str = SERVICE_CIDR) -> list[str]:
+    """SANs the apiserver answers to: loopback, the in-cluster `kubernetes` Service names and its IP."""
+    service_ip = str(ipaddress.ip_network(service_cidr)[1])
+    names = [
+        "localhost",
+        "127.0.0.1",
+        "::1",
+        service_ip,
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local",
+    ]
+    return list(dict.fromkeys([*extra, *names]))
+
+
+@dataclass(frozen=True)
+class PkiDir:
+    """File names inside one PKI directory."""
+
+    root: Path
+
+    @property
+    def ca(self) -> tuple[Path, Path]:
+        return self.root / "ca.crt", self.root / "ca.key"
+
+    @property
+    def apiserver(self) -> tuple[Path, Path]:
+        return self.root / "apiserver.crt", self.root / "apiserver.key"
+
+    def client(self, identity: ClientIdentity) -> tuple[Path, Path]:
+        return self.root / f"{identity.name}.crt", self.root / f"{identity.name}.key"
+
+
+def _covers(cert: pki.CertKey, hosts: Sequence[str]) -> bool:
+    san = cert.cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return set(pki.split_hosts(hosts)) <= set(san)
+
+
+def ensure_pki(pki_dir: PkiDir, hosts: Sequence[str]) -> None:
+    """Create what is missing and keep what exists, so kubeconfigs handed out earlier stay valid.
+
+    The serving cert is reissued when it no longer covers `hosts` or was signed by another CA.
+    """
+    ca = pki.load_or_create_ca(*pki_dir.ca)
+    try:
+        serving = pki.CertKey.load(*pki_dir.apiserver)
+        serving.cert.verify_directly_issued_by(ca.cert)
+        fresh = _covers(serving, hosts)
+    except (OSError, ValueError, TypeError):
+        fresh = False
+    if not fresh:
+        pki.issue_serving_cert(ca, hosts, common_name="kube-apiserver").write(*pki_dir.apiserver)
+    for identity in CLIENTS:
+        try:
+            pki.CertKey.load(*pki_dir.client(identity)).cert.verify_directly_issued_by(ca.cert)
+        except (OSError, ValueError, TypeError):
+            pki.issue_client_cert(ca, identity.user, identity.groups).write(*pki_dir.client(identity))
+
+
+def kubeconfig(server: str, pki_dir: PkiDir, identity: ClientIdentity = ADMIN) -> dict:
+    """A self-contained kubeconfig (certs embedded as *-data) with one context named `pyk8s`."""
+
+    def b64(path: Path) -> str:
+        return base64.b64encode(path.read_bytes()).decode()
+
+    crt, key = pki_dir.client(identity)
+    user = {"client-certificate-data": b64(crt), "client-key-data": b64(key)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": CLUSTER_NAME,
+                "cluster": {"server": server, "certificate-authority-data": b64(pki_dir.ca[0])},
+            }
+        ],
+        "users": [{"name": identity.user, "user": user}],
+        "contexts": [{"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": identity.user}}],
+        "current-context": CLUSTER_NAME,
+        "preferences": {},
+    }
+
+
+def write_kubeconfig(path: Path, server: str, pki_dir: PkiDir, identity: ClientIdentity = ADMIN) -> None:
+    """Kubeconfigs hold private keys, so they get mode 0600 like the keys themselves."""
+    body = yaml.safe_dump(kubeconfig(server, pki_dir, identity), sort_keys=False)
+    pki.write_file(path, body.encode(), 0o600)

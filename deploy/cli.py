@@ -1,0 +1,82 @@
+"""The `pyk8s` command: a local cluster (up, down, status) and kubeadm-style PKI for real machines."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import sys
+from pathlib import Path
+
+from deploy import local
+from deploy.bootstrap import PkiDir, apiserver_hosts, ensure_pki, write_kubeconfig
+from deploy.processes import DEFAULT_PORT
+
+
+def _csv(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pyk8s", description="Run a pyk8s cluster.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def with_state_dir(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sub.add_argument(
+            "--state-dir",
+            type=Path,
+            default=Path(".pyk8s"),
+            help="PKI, logs, pids, etcd data (default .pyk8s)",
+        )
+        return sub
+
+    up = with_state_dir(commands.add_parser("up", help="start the local cluster and write its kubeconfig"))
+    up.add_argument(
+        "--etcd-servers",
+        type=_csv,
+        help="use these etcd URLs instead of starting one (remembered; '' goes back to a local etcd)",
+    )
+    up.add_argument("--port", type=int, help=f"apiserver secure port (default {DEFAULT_PORT}, then remembered)")
+    with_state_dir(commands.add_parser("down", help="stop the local cluster, keep its data"))
+    with_state_dir(commands.add_parser("status", help="show each process and whether it is ready"))
+
+    pki = commands.add_parser("pki", help="write a CA, apiserver serving cert and admin kubeconfig")
+    pki.add_argument("--dir", type=Path, default=Path("/etc/pyk8s"), help="output directory (default /etc/pyk8s)")
+    pki.add_argument("--hosts", type=_csv, default=[], help="extra apiserver SANs: DNS names and IPs")
+    pki.add_argument("--server", default=f"https://127.0.0.1:{DEFAULT_PORT}", help="URL in admin.conf")
+    return parser
+
+
+def _pki(out: Path, hosts: list[str], server: str) -> str:
+    pki_dir = PkiDir(out / "pki")
+    ensure_pki(pki_dir, apiserver_hosts([*hosts, socket.gethostname()]))
+    write_kubeconfig(out / "admin.conf", server, pki_dir)
+    return f"wrote {pki_dir.root}/{{ca,apiserver,admin}}.{{crt,key}} and {out / 'admin.conf'}"
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "up":
+        try:
+            print(asyncio.run(local.up(args.state_dir, args.port, args.etcd_servers)))
+        except local.UpError as error:
+            print(f"pyk8s up failed: {error}", file=sys.stderr)
+            return 1
+        return 0
+    if args.command == "down":
+        print("\n".join(asyncio.run(local.down(args.state_dir))) or "nothing was running")
+        return 0
+    if args.command == "status":
+        rows = asyncio.run(local.status(args.state_dir))
+        print(local.format_status(rows))
+        return 0 if rows and all(row.ready for row in rows) else 1
+    print(_pki(args.dir, args.hosts, args.server))
+    return 0
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,7 @@
+# etcd from Debian's packages, the same build the project is tested against.
+FROM debian:bookworm-slim
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends etcd-server etcd-client \
+    && rm -rf /var/lib/apt/lists/*
+EXPOSE 2379 2380
+ENTRYPOINT ["/usr/bin/etcd"]
