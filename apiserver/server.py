@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import structlog
 
+from apiserver.auth.admission import SYSTEM_PRIORITY_CLASSES, Admission
 from apiserver.auth.tokens import DEFAULT_ISSUER, TokenIssuer
 from apiserver.customresources import CustomResourceServer
 from apiserver.registry.store import RESTStore, ServerContext, WriteOptions
@@ -56,6 +57,7 @@ class APIServer:
             service_cidr=ipaddress.IPv4Network(options.service_cluster_ip_range, strict=False),
             node_port_range=options.service_node_port_range,
         )
+        self.ctx.admission = Admission(self.cache, root)
         self.tokens = TokenIssuer.load_or_create(
             options.service_account_signing_key_file, Path(options.cert_dir), options.service_account_issuer,
             options.api_audiences,
@@ -120,6 +122,11 @@ class APIServer:
                      "ports": [{"name": "https", "port": 443, "protocol": "TCP",
                                 "targetPort": self.options.secure_port}]},
         })
+        for name, value, description in SYSTEM_PRIORITY_CLASSES:
+            await self._ensure(self.store("scheduling.k8s.io", "v1", "priorityclasses"), None, {
+                "metadata": {"name": name}, "value": value, "description": description,
+                "preemptionPolicy": "PreemptLowerPriority",
+            })
         await self._ensure(self.store("", "v1", "endpoints"), "default", {
             "metadata": {"name": "kubernetes", "namespace": "default",
                          "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},

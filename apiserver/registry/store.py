@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from apiserver.auth.admission import Admission
 from apiserver.registry import conversion
 from apiserver.registry.strategy import Obj, Strategy
 from apiserver.storage.cache import Entry, ResourceCache, WatchCache, decode
@@ -48,6 +49,7 @@ class ServerContext:
     root: str = "/registry/"
     service_cidr: ipaddress.IPv4Network = field(default_factory=lambda: ipaddress.IPv4Network("10.96.0.0/12"))
     node_port_range: tuple[int, int] = (30000, 32767)
+    admission: Admission | None = None
 
     async def taken(self, prefix: str) -> set[str]:
         """Allocation keys currently held under `prefix`, read from etcd (never from a cache)."""
@@ -389,6 +391,8 @@ class RESTStore:
             m["generation"] = 1
         else:
             m.pop("generation", None)
+        if self.ctx.admission is not None:
+            await self.ctx.admission.admit_create(self.res, obj)
         self.strategy.defaults(obj)
         obj = self._track(None, obj, opts, "")
         self.strategy.prepare_for_create(obj)
