@@ -73,7 +73,7 @@ class WatchStream:
         rv = RESTStore._parse_rv(rv_text) if rv_text else 0
         cache_revision = self.store.ctx.cache
         if rv > 0 and not await cache_revision.wait_for(rv, 3.0):
-            raise errors.timeout(f"Too large resource version: {rv}, current: {cache_revision.revision}")
+            raise errors.too_large_resource_version(rv, cache_revision.revision)
         initial = self.send_initial_events
         if initial is None:
             initial = rv_text in ("", "0")

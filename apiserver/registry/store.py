@@ -237,7 +237,7 @@ class RESTStore:
             if not await self.ctx.cache.wait_for(current, CONSISTENT_READ_WAIT):
                 return await self._list_etcd(namespace, opts, pred)
         elif rv > 0 and not await self.ctx.cache.wait_for(rv, CONSISTENT_READ_WAIT):
-            raise errors.timeout(f"Too large resource version: {rv}, current: {self.ctx.cache.revision}")
+            raise errors.too_large_resource_version(rv, self.ctx.cache.revision)
         return self._list_cache(namespace, pred), {"resourceVersion": str(self.ctx.cache.revision)}
 
     def _list_cache(self, namespace: str | None, pred: Callable[[Obj], bool] | None) -> list[Entry | Obj]:

@@ -141,6 +141,14 @@ def timeout(message: str) -> StatusError:
     return StatusError(504, "Timeout", message)
 
 
+def too_large_resource_version(wanted: int, current: int) -> StatusError:
+    """504 with the cause client-go's IsTooLargeResourceVersion looks for (it relists on it)."""
+    return StatusError(504, "Timeout", f"Too large resource version: {wanted}, current: {current}", {
+        "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+        "retryAfterSeconds": 1,
+    })
+
+
 def cause(field: str, message: str, reason: str = "FieldValueInvalid") -> dict[str, str]:
     """One entry of Status.details.causes."""
     return {"reason": reason, "message": message, "field": field}
