@@ -22,7 +22,7 @@ PATCH_TYPES = {
 }
 
 
-class _StringTimestampLoader(yaml.SafeLoader):
+class _StringTimestampLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """YAML loader that keeps timestamps as strings, as Kubernetes objects expect."""
 
 
@@ -44,6 +44,12 @@ def decode_body(raw: bytes, content_type: str | None) -> Any:
     if not raw.strip():
         raise errors.bad_request("the request body is empty")
     if mt in ("application/yaml", "application/apply-patch+yaml", "text/yaml"):
+        if raw.lstrip()[:1] == b"{":
+            # JSON is YAML, and clients (kubectl apply --server-side among them) mostly send JSON.
+            try:
+                return orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                pass
         try:
             return yaml.load(raw, Loader=_StringTimestampLoader)  # noqa: S506 - SafeLoader subclass
         except yaml.YAMLError as exc:
