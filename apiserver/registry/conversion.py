@@ -40,6 +40,13 @@ def _is_hpa_v1(res: Resource) -> bool:
     return res.group == "autoscaling" and res.version == "v1"
 
 
+def needs_conversion(res: Resource) -> bool:
+    """Whether objects of `res` are stored in another group or version than the one it serves."""
+    if res.custom:
+        return res.version != res.stored_version
+    return _is_events_v1(res) or _is_hpa_v1(res)
+
+
 def to_storage(res: Resource, obj: Obj) -> Obj:
     """The object as it is stored, from the version `res` serves."""
     if res.custom:

@@ -121,7 +121,7 @@ class RESTStore:
         self.ctx = ctx
         self.prefix = f"{ctx.root}{res.etcd_prefix}/"
         self.cache: ResourceCache = ctx.cache.register(self.prefix)
-        self._converts = res.version != res.stored_version
+        self._converts = conversion.needs_conversion(res)
 
     # -- keys and conversion ------------------------------------------------------
     def key(self, namespace: str | None, name: str) -> str:
