@@ -1,0 +1,1 @@
+"""kube-controller-manager: the core control loops, each an ordinary API client."""

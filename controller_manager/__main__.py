@@ -1,0 +1,5 @@
+import sys
+
+from controller_manager.app import main
+
+sys.exit(main())

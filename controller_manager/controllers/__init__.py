@@ -1,0 +1,1 @@
+"""One module per controller; each exposes NAME and new(ctx) (see controller_manager.registry)."""

@@ -1,0 +1,82 @@
+"""Controllers by name, like upstream's NewControllerDescriptors.
+
+A controller module in controller_manager/controllers/ plugs in by exposing:
+
+    NAME: str                       # the name --controllers uses, e.g. "replicaset"
+    def new(ctx: ControllerContext) -> Controller   # build it; ask ctx for informers here
+    DISABLED_BY_DEFAULT: bool = False               # optional; "*" then leaves it off
+    def add_flags(parser) -> None                   # optional; its own command-line flags
+
+and the Controller it returns has `async def run(self) -> None`, which runs until cancelled.
+Modules are found by scanning the package, so a new file is all it takes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Protocol
+
+import controller_manager.controllers as package
+
+
+class Controller(Protocol):
+    async def run(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    name: str
+    module: ModuleType
+    disabled_by_default: bool
+
+    @property
+    def new(self) -> Callable[[Any], Controller]:
+        return self.module.new  # type: ignore[no-any-return]
+
+
+#: upstream names we accept in --controllers without running anything for them (yet)
+KNOWN_UNIMPLEMENTED = (
+    "endpoint", "endpointslice", "endpointslicemirroring", "nodeipam", "nodelifecycle", "route", "service",
+    "cloud-node-lifecycle", "persistentvolume-binder", "attachdetach", "persistentvolume-expander",
+    "clusterrole-aggregation", "pvc-protection", "pv-protection", "horizontalpodautoscaling",
+    "disruption", "csrsigning", "csrapproving", "csrcleaner", "tokencleaner", "bootstrapsigner",
+    "root-ca-cert-publisher", "ephemeral-volume", "resourcequota", "serviceaccount-token",
+    "storage-version-gc", "resourceclaim", "legacy-serviceaccount-token-cleaner", "validatingadmissionpolicy-status",
+    "service-cidr-controller", "storageversion-migrator", "taint-eviction-controller",
+    "selinux-warning-controller",
+)
+
+
+def discover() -> dict[str, Descriptor]:
+    """Every controller module in the controllers package, by NAME."""
+    found: dict[str, Descriptor] = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        name = getattr(module, "NAME", None)
+        if isinstance(name, str) and callable(getattr(module, "new", None)):
+            found[name] = Descriptor(name, module, bool(getattr(module, "DISABLED_BY_DEFAULT", False)))
+    return found
+
+
+def enabled(requested: list[str], available: dict[str, Descriptor]) -> list[str]:
+    """Upstream's IsControllerEnabled over the whole list: `foo` on, `-foo` off, `*` the defaults.
+
+    An explicit name beats `*`, whichever order they come in.
+    """
+    explicit_on = {c for c in requested if c and not c.startswith("-") and c != "*"}
+    explicit_off = {c[1:] for c in requested if c.startswith("-")}
+    star = "*" in requested
+    unknown = (explicit_on | explicit_off) - set(available) - set(KNOWN_UNIMPLEMENTED)
+    if unknown:
+        raise ValueError(f"{', '.join(sorted(unknown))} is not in the list of known controllers")
+    out = []
+    for name, desc in sorted(available.items()):
+        if name in explicit_off:
+            continue
+        if name in explicit_on or (star and not desc.disabled_by_default):
+            out.append(name)
+    return out
