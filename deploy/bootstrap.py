@@ -15,6 +15,7 @@ from cryptography import x509
 from services.runtime import pki
 
 SERVICE_CIDR = "10.96.0.0/12"
+CLUSTER_CIDR = "10.244.0.0/16"
 CLUSTER_NAME = "pyk8s"
 
 

@@ -89,6 +89,11 @@ def _assign_ports(state: State, port: int | None, etcd_servers: list[str] | None
         s.port = port
     if etcd_servers is not None:
         s.etcd_servers = etcd_servers
+    for spec in SPECS:
+        if spec.health_port and running_pid(state, spec.name) is None:
+            current = s.component_ports.get(spec.name)
+            if not current or port_in_use(current):
+                s.component_ports[spec.name] = free_port()
     if state.external_etcd or running_pid(state, "etcd") is not None:
         return
     if not s.etcd_client_port or port_in_use(s.etcd_client_port):

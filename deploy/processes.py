@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 
-from deploy.bootstrap import SERVICE_CIDR, PkiDir
+from deploy.bootstrap import CLUSTER_CIDR, SERVICE_CIDR, PkiDir
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PORT = 6443
@@ -30,6 +30,8 @@ class Settings:
     etcd_servers: list[str] = field(default_factory=list)
     etcd_client_port: int = 0
     etcd_peer_port: int = 0
+    #: Health/metrics ports of the components that serve one, picked once like etcd's.
+    component_ports: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,8 @@ class ProcessSpec:
     enabled: Callable[[State], bool] = lambda state: True
     listens: Callable[[State], tuple[int, ...]] = lambda state: ()
     ready_timeout: float = 30.0
+    #: The component serves /healthz on a port of its own, picked on first `up` and kept.
+    health_port: bool = False
 
 
 def free_port() -> int:
@@ -157,6 +161,26 @@ def _apiserver_argv(state: State) -> list[str]:
     ]
 
 
+def _health_port(state: State, name: str) -> int:
+    return state.settings.component_ports[name]
+
+
+def _component(module: str, name: str, *extra: str) -> Callable[[State], list[str]]:
+    """argv of a component that talks to the apiserver with the admin kubeconfig."""
+
+    def argv(state: State) -> list[str]:
+        return [*_python(module), f"--kubeconfig={state.kubeconfig}", "--bind-address=127.0.0.1",
+                f"--secure-port={_health_port(state, name)}", *extra]
+
+    return argv
+
+
+def _controller_manager_argv(state: State) -> list[str]:
+    return [*_component("controller_manager", "controller-manager")(state), "--leader-elect=true",
+            f"--root-ca-file={state.pki.ca[0]}", f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--cluster-cidr={CLUSTER_CIDR}", "--allocate-node-cidrs=true"]
+
+
 SPECS: tuple[ProcessSpec, ...] = (
     ProcessSpec(
         name="etcd",
@@ -171,6 +195,14 @@ SPECS: tuple[ProcessSpec, ...] = (
         health_url=lambda state: f"{state.server}/readyz",
         needs=("etcd",),
         listens=lambda state: (state.settings.port,),
+    ),
+    ProcessSpec(
+        name="controller-manager",
+        argv=_controller_manager_argv,
+        health_url=lambda state: f"http://127.0.0.1:{_health_port(state, 'controller-manager')}/healthz",
+        needs=("apiserver",),
+        listens=lambda state: (_health_port(state, "controller-manager"),),
+        health_port=True,
     ),
 )
 

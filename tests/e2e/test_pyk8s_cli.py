@@ -13,6 +13,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from deploy.processes import SPECS
+
 REQUIRED_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
 TIME_TO_READY_LIMIT = 20.0
 COMMAND_TIMEOUT = 90.0
@@ -96,7 +98,7 @@ async def test_up_kubectl_down_up_keeps_data(state_dir: Path, record_property: C
     code, status_out, _ = await pyk8s("status", "--state-dir", str(state_dir))
     assert code == 0, status_out
     rows = {line.split()[0]: line.split()[1:] for line in status_out.splitlines()[1:]}
-    assert set(rows) == {"etcd", "apiserver"}
+    assert set(rows) == {spec.name for spec in SPECS}
     pids = [int(p.read_text()) for p in (state_dir / "run").glob("*.pid")]
     assert sorted(pids) == sorted(int(r[0]) for r in rows.values())
     assert all(r[1:] == ["yes", "yes"] for r in rows.values()), status_out
@@ -157,7 +159,8 @@ async def test_second_apiserver_on_external_etcd_sees_the_same_data(state_dir: P
 
     await up(second_state_dir, "--port", str(free_port()), "--etcd-servers", etcd_url)
     code, status_out, _ = await pyk8s("status", "--state-dir", str(second_state_dir))
-    assert code == 0 and [line.split()[0] for line in status_out.splitlines()[1:]] == ["apiserver"]
+    listed = [line.split()[0] for line in status_out.splitlines()[1:]]
+    assert code == 0 and listed == [spec.name for spec in SPECS if spec.name != "etcd"]
     assert not (second_state_dir / "etcd").exists()
     got = await kubectl(second_state_dir, "get", "configmap", "shared", "-n", "default", "-o", "jsonpath={.data.from}")
     assert got == "first"
