@@ -40,11 +40,11 @@ class Descriptor:
 
 #: upstream names we accept in --controllers without running anything for them (yet)
 KNOWN_UNIMPLEMENTED = (
-    "endpoint", "endpointslice", "endpointslicemirroring", "nodeipam", "nodelifecycle", "route", "service",
+    "nodelifecycle", "route", "service",
     "cloud-node-lifecycle", "persistentvolume-binder", "attachdetach", "persistentvolume-expander",
     "clusterrole-aggregation", "pvc-protection", "pv-protection", "horizontalpodautoscaling",
     "disruption", "csrsigning", "csrapproving", "csrcleaner", "tokencleaner", "bootstrapsigner",
-    "root-ca-cert-publisher", "ephemeral-volume", "resourcequota", "serviceaccount-token",
+    "ephemeral-volume", "resourcequota", "serviceaccount-token",
     "storage-version-gc", "resourceclaim", "legacy-serviceaccount-token-cleaner", "validatingadmissionpolicy-status",
     "service-cidr-controller", "storageversion-migrator", "taint-eviction-controller",
     "selinux-warning-controller",
