@@ -7,6 +7,7 @@ the few subresources with their own shape (scale, binding, eviction).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from prometheus_client import Counter, Histogram
 
 from apiserver.auth import reviews
 from apiserver.auth.tokens import TokenIssuer
-from apiserver.endpoints import fieldvalidation, tables
+from apiserver.endpoints import fieldvalidation, tables, typecheck
 from apiserver.endpoints.negotiation import (
     PATCH_TYPES,
     PROTOBUF,
@@ -134,6 +135,25 @@ def _selectors(params: Any) -> tuple[LabelSelector | None, FieldSelector | None]
         except ValueError as exc:
             raise errors.bad_request(str(exc)) from exc
     return labels, fields
+
+
+def _patched_types(res: Resource) -> Callable[[dict[str, Any]], None] | None:
+    """The check a patched built-in object must pass: its fields have the types upstream's decoder wants."""
+    if res.custom:
+        return None
+
+    def check(obj: dict[str, Any]) -> None:
+        problem = typecheck.decode_error(res.api_version, res.kind, obj)
+        if problem is not None:
+            meta = obj.get("metadata")
+            name = meta.get("name", "") if isinstance(meta, dict) else ""
+            raise errors.StatusError(422, "Invalid", f'{res.kind} "{name}" is invalid: patch: Invalid value: '
+                                     f'"{orjson.dumps(obj).decode()}": {problem}',
+                                     {"name": name, "kind": res.kind, "causes": [
+                                         {"reason": "FieldValueInvalid", "message": f"Invalid value: {problem}",
+                                          "field": "patch"}]})
+
+    return check
 
 
 def _write_options(request: Request) -> WriteOptions:
@@ -253,7 +273,7 @@ class ResourceHandler:
             if patch_type == "apply":
                 obj, created = await store.apply(ns, name or "", patch, wopts)
                 return self._object(obj, rep, res, 201 if created else 200)
-            obj = await store.patch(ns, name or "", patch_type, patch, wopts)
+            obj = await store.patch(ns, name or "", patch_type, patch, wopts, check=_patched_types(res))
             return self._object(obj, rep, res, 200)
         if verb == "delete":
             dopts = await self._delete_options(request, dry_run)
@@ -288,6 +308,10 @@ class ResourceHandler:
         mode = fieldvalidation.directive(request.query_params.get("fieldValidation"), options_kind)
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request was not a JSON object")
+        if not res.custom:
+            wrong_type = typecheck.type_error(str(body.get("apiVersion") or res.api_version), res.kind, body)
+            if wrong_type is not None:
+                raise wrong_type
         if res.custom and res.schema is not None:
             unknown = crschema.prune(res.schema, body)
         else:
@@ -485,7 +509,8 @@ class ResourceHandler:
                 if patch_type == "apply":
                     obj, _ = await store.apply(ns, name, patch, wopts, subresource="status")
                 else:
-                    obj = await store.patch(ns, name, patch_type, patch, wopts, subresource="status")
+                    obj = await store.patch(ns, name, patch_type, patch, wopts, subresource="status",
+                                            check=_patched_types(res))
                 return self._object(obj, rep, res)
             raise errors.method_not_allowed()
         if sub == "scale" and res.scale is not None:

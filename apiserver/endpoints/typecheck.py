@@ -13,7 +13,9 @@ own decoder (IntOrString, Quantity, Time) stops it at once and wins over an earl
 
 from __future__ import annotations
 
+import re
 import threading
+from functools import lru_cache
 from typing import Any
 
 from apiserver.endpoints.fieldvalidation import _definitions
@@ -208,6 +210,7 @@ _RFC3339_MICRO = "2006-01-02T15:04:05.000000Z07:00"
 
 class _Struct:
     __slots__ = ("name", "go", "fields")
+    quick = None  # the JSON value type that needs no further look, for the hot loops
 
     def __init__(self, name: str, go: str) -> None:
         self.name = name  # what Go's reflect.Type.Name() says, the message's `Go struct field <name>.`
@@ -217,6 +220,7 @@ class _Struct:
 
 class _List:
     __slots__ = ("item", "go")
+    quick = None
 
     def __init__(self, item: _Node, go: str) -> None:
         self.item = item
@@ -225,6 +229,7 @@ class _List:
 
 class _Map:
     __slots__ = ("value", "go")
+    quick = None
 
     def __init__(self, value: _Node, go: str) -> None:
         self.value = value
@@ -232,12 +237,13 @@ class _Map:
 
 
 class _Scalar:
-    __slots__ = ("kind", "go", "layout")
+    __slots__ = ("kind", "go", "layout", "quick")
 
     def __init__(self, kind: int, go: str, layout: str = "") -> None:
         self.kind = kind
         self.go = go
         self.layout = layout
+        self.quick: type | None = {_STRING: str, _BOOL: bool, _INT_OR_STRING: str}.get(kind)
 
 
 _Node = _Struct | _List | _Map | _Scalar | None  # None: anything goes
@@ -379,10 +385,6 @@ def _json_type(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
-def _number_text(value: int | float) -> str:
-    return repr(value)
-
-
 def _mismatch(what: str, go: str, owner: str, stack: list[str]) -> str:
     """Go's UnmarshalTypeError text."""
     if not owner and not stack:
@@ -402,46 +404,45 @@ class _Walk:
         if self.first is None:
             self.first = message
 
-    def value(self, node: _Node, value: Any, owner: str, stack: list[str]) -> None:
-        if value is None or node is None:
-            return
-        if isinstance(node, _Struct):
+    def value(self, node: _Struct | _List | _Map | _Scalar, value: Any, owner: str, stack: list[str]) -> None:
+        """Check a non-null value; `owner` and `stack` are where Go's decoder stands, for its message."""
+        node_type = type(node)
+        if node_type is _Struct:
             if type(value) is dict:
-                self.struct(node, value, stack)
-            else:
-                self.soft(_mismatch(_json_type(value), node.go, owner, stack))
-        elif isinstance(node, _Scalar):
-            self.scalar(node, value, owner, stack)
-        elif isinstance(node, _List):
+                self.struct(node, value, stack)  # type: ignore[arg-type]
+                return
+        elif node_type is _List:
             if type(value) is list:
-                item = node.item
+                item = node.item  # type: ignore[union-attr]
                 if item is not None:
+                    quick = item.quick
                     for element in value:
-                        if element is not None:
+                        if element is not None and type(element) is not quick:
                             self.value(item, element, owner, stack)
-            else:
-                self.soft(_mismatch(_json_type(value), node.go, owner, stack))
-        elif type(value) is dict:
-            inner = node.value
-            if inner is not None:
-                for element in value.values():
-                    if element is not None:
-                        self.value(inner, element, owner, stack)
+                return
+        elif node_type is _Map:
+            if type(value) is dict:
+                inner = node.value  # type: ignore[union-attr]
+                if inner is not None:
+                    quick = inner.quick
+                    for element in value.values():
+                        if element is not None and type(element) is not quick:
+                            self.value(inner, element, owner, stack)
+                return
         else:
-            self.soft(_mismatch(_json_type(value), node.go, owner, stack))
+            self.scalar(node, value, owner, stack)  # type: ignore[arg-type]
+            return
+        self.soft(_mismatch(_json_type(value), node.go, owner, stack))
 
     def struct(self, node: _Struct, value: dict[str, Any], stack: list[str]) -> None:
         fields = node.fields
+        name = node.name
         for key, item in value.items():
             child = fields.get(key)
-            if child is None or item is None:
+            if child is None or item is None or type(item) is child.quick:
                 continue
-            if type(child) is _Scalar:
-                kind = child.kind
-                if kind == _STRING and type(item) is str or kind == _BOOL and type(item) is bool:
-                    continue
             stack.append(key)
-            self.value(child, item, node.name, stack)
+            self.value(child, item, name, stack)
             stack.pop()
 
     def scalar(self, node: _Scalar, value: Any, owner: str, stack: list[str]) -> None:
@@ -477,11 +478,9 @@ class _Walk:
             else:
                 self.soft(_mismatch(_json_type(value), node.go, owner, stack))
         elif kind == _QUANTITY_KIND:
-            text = value.strip() if kind_of is str else value
-            try:
-                parse_quantity(text)
-            except (ValueError, ArithmeticError) as exc:
-                raise _Failure(str(exc)) from None
+            problem = _quantity_problem(value.strip() if kind_of is str else value if kind_of in (int, float) else "?")
+            if problem is not None:
+                raise _Failure(problem)
         elif kind_of is str:
             problem = _time_problem(node.layout, value)
             if problem is not None:
@@ -493,13 +492,24 @@ class _Walk:
 def _int_problem(value: Any, go: str, owner: str, stack: list[str]) -> str | None:
     kind_of = type(value)
     if kind_of is int:
-        low, high = _INT_RANGES[go] if go in _INT_RANGES else _INT_RANGES["int"]
+        low, high = _INT_RANGES.get(go, _INT_RANGES["int"])
         if low <= value <= high:
             return None
         return _mismatch(f"number {value}", go, owner, stack)
     if kind_of is float:
-        return _mismatch(f"number {_number_text(value)}", go, owner, stack)
+        # Go quotes the number as sent; Python's repr is how JSON encoders write it.
+        return _mismatch(f"number {value!r}", go, owner, stack)
     return _mismatch(_json_type(value), go, owner, stack)
+
+
+@lru_cache(maxsize=4096)
+def _quantity_problem(text: str | int | float) -> str | None:
+    """Go's ParseQuantity error; anything but a string or number fails its pattern like "?" does."""
+    try:
+        parse_quantity(text)
+    except (ValueError, ArithmeticError) as exc:
+        return str(exc)
+    return None
 
 
 def decode_error(api_version: str, kind: str, obj: Any) -> str | None:
@@ -510,6 +520,8 @@ def decode_error(api_version: str, kind: str, obj: Any) -> str | None:
     """
     node = _root(api_version, kind)
     if node is None:
+        return None
+    if obj is None:
         return None
     walk = _Walk()
     try:
@@ -636,8 +648,28 @@ _CHUNKS = {
 }
 
 
+_WELL_FORMED = {
+    _RFC3339: re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.,][0-9]+)?"
+                         r"(?:Z|[+-]([0-9]{2}):([0-9]{2}))"),
+    _RFC3339_MICRO: re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})[.,][0-9]{6}"
+                               r"(?:Z|[+-]([0-9]{2}):([0-9]{2}))"),
+}
+
+
 def _time_problem(layout: str, text: str) -> str | None:
     """Go's time.Parse(layout, text) error message, or None when it parses."""
+    match = _WELL_FORMED[layout].fullmatch(text)
+    if match is not None:
+        year, month, day, hour, minute, second = map(int, match.groups()[:6])
+        zone_hour, zone_minute = match.group(7), match.group(8)
+        if 1 <= month <= 12 and 1 <= day <= _days_in(month, year) and hour < 24 and minute < 60 \
+                and second < 60 and (zone_hour is None or int(zone_hour) <= 24 and int(zone_minute) <= 60):
+            return None
+    return _parsing_problem(layout, text)
+
+
+def _parsing_problem(layout: str, text: str) -> str | None:
+    """Go's general time parser, element by element, for its error message."""
     whole = text.encode("utf-8", "surrogatepass")
     value = whole
     year, month, day = 0, 1, 1

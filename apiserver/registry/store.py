@@ -598,7 +598,9 @@ class RESTStore:
         patch: Any,
         opts: WriteOptions,
         subresource: str = "",
+        check: Callable[[Obj], None] | None = None,
     ) -> Obj:
+        """Patch with retries on conflict; `check` vets the patched object before the strategy sees it."""
         wanted_rv = ""
         if patch_type != "json" and isinstance(patch, dict):
             pm = patch.get("metadata")
@@ -608,7 +610,10 @@ class RESTStore:
         def apply(current: Obj | None) -> Obj:
             if current is None:
                 raise self._not_found(name)
-            return apply_patch(patch_type, current, patch)
+            patched = apply_patch(patch_type, current, patch)
+            if check is not None:
+                check(patched)
+            return patched
 
         if not self.strategy.allow_create_on_update:
             obj, _ = await self._guaranteed_update(namespace, name, apply, opts, subresource, wanted_rv)

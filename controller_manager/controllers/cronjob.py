@@ -18,7 +18,13 @@ from typing import Any
 
 from controller_manager.base import QueueController, RequeueAfter
 from controller_manager.context import ControllerContext
-from controller_manager.controllers.cronjob_schedule import MAX_MISSED, Schedule, ScheduleError, missed_schedules, parse
+from controller_manager.controllers.cronjob_schedule import (
+    MAX_MISSED,
+    Schedule,
+    ScheduleError,
+    missed_schedules,
+    parse,
+)
 from controller_manager.podutil import controller_ref, new_controller_ref
 from controller_manager.resources import CRON_JOBS, JOBS
 from services.api.meta import parse_time
@@ -35,7 +41,9 @@ Obj = dict[str, Any]
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--cronjob-clock-speed", type=float, default=1.0,
+        "--cronjob-clock-speed",
+        type=float,
+        default=1.0,
         help="pyk8s test aid: how many times faster than real time the CronJob schedule clock runs",
     )
 
@@ -126,14 +134,24 @@ def job_from_template(cronjob: Obj, scheduled: datetime, zone: zoneinfo.ZoneInfo
 
 def job_ref(job: Obj) -> Obj:
     meta = job["metadata"]
-    return {"kind": "Job", "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"],
-            "apiVersion": "batch/v1", "resourceVersion": meta.get("resourceVersion", "")}
+    return {
+        "kind": "Job",
+        "namespace": meta["namespace"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "apiVersion": "batch/v1",
+        "resourceVersion": meta.get("resourceVersion", ""),
+    }
 
 
 def history_to_delete(jobs: list[Obj], successful_limit: int | None, failed_limit: int | None) -> list[Obj]:
     """The oldest finished jobs beyond each history limit (by start time, then creation)."""
+
     def started(job: Obj) -> tuple[str, str]:
-        return ((job.get("status") or {}).get("startTime") or "", job["metadata"].get("creationTimestamp") or "")
+        return (
+            (job.get("status") or {}).get("startTime") or "",
+            job["metadata"].get("creationTimestamp") or "",
+        )
 
     out: list[Obj] = []
     for kind, limit in (("Complete", successful_limit), ("Failed", failed_limit)):
@@ -153,7 +171,9 @@ class CronJobController(QueueController):
         self.recorder = ctx.recorder("cronjob-controller")
         super().__init__("cronjob", [self.cronjobs, self.jobs], int(ctx.options.concurrent_cron_job_syncs))
         self.cronjobs.add_event_handler(self.enqueue, self._update_cronjob, None)
-        self.jobs.add_event_handler(self._job_changed, lambda old, new: self._job_changed(new), self._job_changed)
+        self.jobs.add_event_handler(
+            self._job_changed, lambda old, new: self._job_changed(new), self._job_changed
+        )
 
     def _update_cronjob(self, old: Obj, new: Obj) -> None:
         self.enqueue(new)
@@ -168,8 +188,11 @@ class CronJobController(QueueController):
 
     def _owned_jobs(self, cronjob: Obj) -> list[Obj]:
         uid = cronjob["metadata"]["uid"]
-        return [j for j in self.jobs.list(cronjob["metadata"]["namespace"])
-                if (controller_ref(j) or {}).get("uid") == uid]
+        return [
+            j
+            for j in self.jobs.list(cronjob["metadata"]["namespace"])
+            if (controller_ref(j) or {}).get("uid") == uid
+        ]
 
     async def sync(self, key: str) -> None:
         namespace, _, name = key.partition("/")
@@ -185,9 +208,13 @@ class CronJobController(QueueController):
             delay = await self._maybe_start(cronjob)
         if cronjob["status"] != before:
             status = cronjob["status"]
-            patch = {"status": {"active": status.get("active") or None,
-                                "lastScheduleTime": status.get("lastScheduleTime"),
-                                "lastSuccessfulTime": status.get("lastSuccessfulTime")}}
+            patch = {
+                "status": {
+                    "active": status.get("active") or None,
+                    "lastScheduleTime": status.get("lastScheduleTime"),
+                    "lastSuccessfulTime": status.get("lastSuccessfulTime"),
+                }
+            }
             try:
                 await self.client.patch_status(CRON_JOBS, name, patch, namespace)
             except NotFound:
@@ -207,13 +234,23 @@ class CronJobController(QueueController):
             children.add(uid)
             finished, kind = is_finished(job)
             if uid not in active_uids and not finished:
-                self.recorder.warning(cronjob, "UnexpectedJob", "Saw a job that the controller did not create "
-                                      f"or forgot: {job['metadata']['name']}")
+                known = await self._fresh_active_ref(cronjob, uid)
+                if known is not None:  # our own creation, seen before the status update reached the cache
+                    active.append(known)
+                    continue
+                self.recorder.warning(
+                    cronjob,
+                    "UnexpectedJob",
+                    f"Saw a job that the controller did not create or forgot: {job['metadata']['name']}",
+                )
                 active.append(job_ref(job))
             elif uid in active_uids and finished:
                 active = [a for a in active if a.get("uid") != uid]
-                self.recorder.normal(cronjob, "SawCompletedJob",
-                                     f"Saw completed job: {job['metadata']['name']}, condition: {kind}")
+                self.recorder.normal(
+                    cronjob,
+                    "SawCompletedJob",
+                    f"Saw completed job: {job['metadata']['name']}, condition: {kind}",
+                )
             if kind == "Complete":
                 done = (job.get("status") or {}).get("completionTime")
                 last = status.get("lastSuccessfulTime")
@@ -223,11 +260,22 @@ class CronJobController(QueueController):
             if ref.get("uid") in children:
                 continue
             try:
-                await self.client.get(JOBS, ref["name"], ref.get("namespace") or cronjob["metadata"]["namespace"])
+                await self.client.get(
+                    JOBS, ref["name"], ref.get("namespace") or cronjob["metadata"]["namespace"]
+                )
             except NotFound:
                 self.recorder.normal(cronjob, "MissingJob", f"Active job went missing: {ref['name']}")
                 active = [a for a in active if a.get("uid") != ref.get("uid")]
         status["active"] = active
+
+    async def _fresh_active_ref(self, cronjob: Obj, uid: str) -> Obj | None:
+        """Re-read the CronJob past the cache: its active-list entry for this job, if it has one."""
+        meta = cronjob["metadata"]
+        try:
+            fresh = await self.client.get(CRON_JOBS, meta["name"], meta["namespace"])
+        except NotFound:
+            return None
+        return next((a for a in (fresh.get("status") or {}).get("active") or [] if a.get("uid") == uid), None)
 
     async def _maybe_start(self, cronjob: Obj) -> float | None:
         """Start the job of the most recent unmet schedule time; returns seconds until the next one."""
@@ -235,13 +283,16 @@ class CronJobController(QueueController):
         try:
             zone = zone_of(cronjob)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
-            self.recorder.warning(cronjob, "UnknownTimeZone", f"invalid timeZone: {spec.get('timeZone')!r}: {exc}")
+            self.recorder.warning(
+                cronjob, "UnknownTimeZone", f"invalid timeZone: {spec.get('timeZone')!r}: {exc}"
+            )
             return None
         try:
             schedule = parse(spec.get("schedule") or "", zone or UTC)
         except ScheduleError as exc:
-            self.recorder.warning(cronjob, "UnparseableSchedule",
-                                  f"unparseable schedule: {spec.get('schedule')!r} : {exc}")
+            self.recorder.warning(
+                cronjob, "UnparseableSchedule", f"unparseable schedule: {spec.get('schedule')!r} : {exc}"
+            )
             return None
         if spec.get("suspend"):
             return None
@@ -251,12 +302,19 @@ class CronJobController(QueueController):
         if scheduled is None:
             return delay
         if missed > MAX_MISSED:
-            self.recorder.warning(cronjob, "TooManyMissedTimes",
-                                  f"too many missed start times: {missed}. Set or decrease "
-                                  ".spec.startingDeadlineSeconds or check clock skew")
+            self.recorder.warning(
+                cronjob,
+                "TooManyMissedTimes",
+                f"too many missed start times: {missed}. Set or decrease "
+                ".spec.startingDeadlineSeconds or check clock skew",
+            )
         if too_late(cronjob, scheduled, now):
-            self.recorder.warning(cronjob, "MissSchedule", "Missed scheduled time to start a job: "
-                                  f"{scheduled.astimezone(UTC).strftime('%a, %d %b %Y %H:%M:%S +0000')}")
+            self.recorder.warning(
+                cronjob,
+                "MissSchedule",
+                "Missed scheduled time to start a job: "
+                f"{scheduled.astimezone(UTC).strftime('%a, %d %b %Y %H:%M:%S +0000')}",
+            )
             return delay
         status = cronjob["status"]
         name = job_name(cronjob["metadata"]["name"], scheduled)
@@ -265,8 +323,11 @@ class CronJobController(QueueController):
             return delay
         policy = spec.get("concurrencyPolicy") or "Allow"
         if policy == "Forbid" and status.get("active"):
-            self.recorder.normal(cronjob, "JobAlreadyActive",
-                                 "Not starting job because prior execution is running and concurrency policy is Forbid")
+            self.recorder.normal(
+                cronjob,
+                "JobAlreadyActive",
+                "Not starting job because prior execution is running and concurrency policy is Forbid",
+            )
             return delay
         namespace = cronjob["metadata"]["namespace"]
         if policy == "Replace":
@@ -284,13 +345,16 @@ class CronJobController(QueueController):
         except AlreadyExists:
             created = await self.client.get(JOBS, name, namespace)
             if (controller_ref(created) or {}).get("uid") != cronjob["metadata"]["uid"]:
-                self.recorder.warning(cronjob, "FailedCreate", f"Error creating job: job {name} already exists")
+                self.recorder.warning(
+                    cronjob, "FailedCreate", f"Error creating job: job {name} already exists"
+                )
                 return delay
         except Exception as exc:
             self.recorder.warning(cronjob, "FailedCreate", f"Error creating job: {exc}")
             raise
-        if not is_finished(created)[0] and all(a.get("uid") != created["metadata"]["uid"]
-                                               for a in status.get("active") or []):
+        if not is_finished(created)[0] and all(
+            a.get("uid") != created["metadata"]["uid"] for a in status.get("active") or []
+        ):
             status["active"] = [*(status.get("active") or []), job_ref(created)]
         status["lastScheduleTime"] = format_time(scheduled)
         return delay
@@ -298,14 +362,19 @@ class CronJobController(QueueController):
     async def _cleanup(self, cronjob: Obj, jobs: list[Obj]) -> None:
         spec = cronjob.get("spec") or {}
         active = {a.get("uid") for a in (cronjob.get("status") or {}).get("active") or []}
-        finished = [j for j in jobs
-                    if j["metadata"]["uid"] not in active and not j["metadata"].get("deletionTimestamp")]
-        for job in history_to_delete(finished, spec.get("successfulJobsHistoryLimit"),
-                                     spec.get("failedJobsHistoryLimit")):
+        finished = [
+            j
+            for j in jobs
+            if j["metadata"]["uid"] not in active and not j["metadata"].get("deletionTimestamp")
+        ]
+        for job in history_to_delete(
+            finished, spec.get("successfulJobsHistoryLimit"), spec.get("failedJobsHistoryLimit")
+        ):
             meta = job["metadata"]
             try:
-                await self.client.delete(JOBS, meta["name"], meta["namespace"], propagation_policy="Background")
+                await self.client.delete(
+                    JOBS, meta["name"], meta["namespace"], propagation_policy="Background"
+                )
             except NotFound:
                 continue
             self.recorder.normal(cronjob, "SuccessfulDelete", f"Deleted job {meta['name']}")
-

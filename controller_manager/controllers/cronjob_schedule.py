@@ -13,14 +13,23 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta, tzinfo
 
-_MONTHS = {m: i + 1 for i, m in enumerate(
-    ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"))}
+_MONTHS = {
+    m: i + 1
+    for i, m in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+    )
+}
 _DAYS = {d: i for i, d in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))}
 #: (low, high, names) per field: minute, hour, day of month, month, day of week
 _BOUNDS = ((0, 59, {}), (0, 23, {}), (1, 31, {}), (1, 12, _MONTHS), (0, 6, _DAYS))
 _DESCRIPTORS = {
-    "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *",
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
 }
 _GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -70,28 +79,50 @@ class SpecSchedule(Schedule):
         day = datetime(local.year, local.month, local.day) - timedelta(days=1)
         limit = day + timedelta(days=366 * _SEARCH_YEARS)
         hours, minutes = sorted(self.hours), sorted(self.minutes)
+        # Wall times before `after` (by more than a DST shift, if one is near) cannot be after it:
+        # skip them unconverted.
+        shift = (after - timedelta(hours=3)).astimezone(self.zone).utcoffset() != (
+            after + timedelta(hours=3)
+        ).astimezone(self.zone).utcoffset()
+        floor = local.replace(tzinfo=None, second=0, microsecond=0) - timedelta(hours=3 if shift else 0)
         while day <= limit:
             if day.month in self.months and self._day_matches(day):
-                best = self._first_in_day(day, hours, minutes, after)
+                best = self._first_in_day(day, hours, minutes, after, floor)
                 if best is not None:
                     return best.astimezone(self.zone)
             day += timedelta(days=1)
         return None
 
-    def _first_in_day(self, day: datetime, hours: list[int], minutes: list[int], after: datetime) -> datetime | None:
+    def _first_in_day(
+        self,
+        day: datetime,
+        hours: list[int],
+        minutes: list[int],
+        after: datetime,
+        floor: datetime,
+    ) -> datetime | None:
         best: datetime | None = None
         for hour in hours:
+            if datetime.combine(day.date(), time(hour, 59)) < floor:
+                continue
             for minute in minutes:
+                if datetime.combine(day.date(), time(hour, minute)) < floor:
+                    continue
+                instants = set()
                 for fold in (0, 1):
-                    wall = datetime.combine(day.date(), time(hour, minute), tzinfo=self.zone).replace(fold=fold)
+                    wall = datetime.combine(day.date(), time(hour, minute), tzinfo=self.zone).replace(
+                        fold=fold
+                    )
                     instant = wall.astimezone(UTC)
                     back = instant.astimezone(self.zone)
                     if (back.hour, back.minute, back.day) != (hour, minute, day.day):
                         continue  # a wall time that a DST jump skips
+                    instants.add(instant)
                     if instant > after and (best is None or instant < best):
                         best = instant
-                if best is not None and datetime.combine(day.date(), time(hour, minute), tzinfo=self.zone).astimezone(
-                        UTC) > best + timedelta(hours=3):
+                # Later wall times are later instants, except around a fall-back, where a wall time
+                # maps to two instants: only an unambiguous match ends the search.
+                if best is not None and len(instants) == 1 and min(instants) >= best:
                     return best
         return best
 
@@ -100,7 +131,9 @@ def _number(text: str, names: dict[str, int]) -> int:
     if text.lower() in names:
         return names[text.lower()]
     if not text.isdigit():
-        raise ScheduleError(f'failed to parse int from {text}: strconv.Atoi: parsing "{text}": invalid syntax')
+        raise ScheduleError(
+            f'failed to parse int from {text}: strconv.Atoi: parsing "{text}": invalid syntax'
+        )
     return int(text)
 
 
@@ -147,7 +180,7 @@ def go_duration(text: str) -> float:
         return 0.0
     parts = _GO_DURATION.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
-        raise ScheduleError(f"failed to parse duration {text}: time: invalid duration \"{text}\"")
+        raise ScheduleError(f'failed to parse duration {text}: time: invalid duration "{text}"')
     return sum(float(n) * _GO_UNITS[u] for n, u in parts)
 
 
@@ -168,11 +201,17 @@ def parse(schedule: str, zone: tzinfo = UTC) -> Schedule:
     fields = schedule.split()
     if len(fields) != 5:
         raise ScheduleError(f"expected exactly 5 fields, found {len(fields)}: [{' '.join(fields)}]")
-    parsed = [_field(text, low, high, names) for text, (low, high, names) in zip(fields, _BOUNDS, strict=True)]
+    parsed = [
+        _field(text, low, high, names) for text, (low, high, names) in zip(fields, _BOUNDS, strict=True)
+    ]
     return SpecSchedule(
-        minutes=frozenset(parsed[0][0]), hours=frozenset(parsed[1][0]), days=frozenset(parsed[2][0]),
-        months=frozenset(parsed[3][0]), weekdays=frozenset(parsed[4][0]),
-        day_star=parsed[2][1] or parsed[4][1], zone=zone,
+        minutes=frozenset(parsed[0][0]),
+        hours=frozenset(parsed[1][0]),
+        days=frozenset(parsed[2][0]),
+        months=frozenset(parsed[3][0]),
+        weekdays=frozenset(parsed[4][0]),
+        day_star=parsed[2][1] or parsed[4][1],
+        zone=zone,
     )
 
 

@@ -54,8 +54,10 @@ def daemon_tolerations(pod_spec: Obj) -> list[Obj]:
     if pod_spec.get("hostNetwork"):
         wanted.append(NETWORK_UNAVAILABLE)
     for key, effect in wanted:
-        if not any(t.get("key") == key and t.get("effect") == effect and t.get("operator") == "Exists"
-                   for t in tolerations):
+        if not any(
+            t.get("key") == key and t.get("effect") == effect and t.get("operator") == "Exists"
+            for t in tolerations
+        ):
             tolerations.append({"key": key, "operator": "Exists", "effect": effect})
     return tolerations
 
@@ -99,8 +101,9 @@ def node_matches_term(node: Obj, term: Obj) -> bool:
     field_exprs = term.get("matchFields") or []
     if not exprs and not field_exprs:
         return False
-    return all(_requirement(e, labels.get(e.get("key"))) for e in exprs) and \
-        all(_requirement(e, fields.get(e.get("key"))) for e in field_exprs)
+    return all(_requirement(e, labels.get(e.get("key"))) for e in exprs) and all(
+        _requirement(e, fields.get(e.get("key"))) for e in field_exprs
+    )
 
 
 def should_run(node: Obj, pod_spec: Obj) -> tuple[bool, bool]:
@@ -111,8 +114,9 @@ def should_run(node: Obj, pod_spec: Obj) -> tuple[bool, bool]:
     labels = (node.get("metadata") or {}).get("labels") or {}
     if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
         return False, False
-    required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     terms = required.get("nodeSelectorTerms")
     if terms is not None and not any(node_matches_term(node, t) for t in terms):
         return False, False
@@ -133,8 +137,11 @@ def pin_to_node(pod_spec: Obj, node_name: str) -> None:
     """Upstream's ReplaceDaemonSetPodNodeNameNodeAffinity: one required term, matchFields on the name."""
     affinity = pod_spec.setdefault("affinity", {})
     node_affinity = affinity.setdefault("nodeAffinity", {})
-    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": [{
-        "matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}]}
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
+        ]
+    }
 
 
 def target_node(pod: Obj) -> str | None:
@@ -142,8 +149,12 @@ def target_node(pod: Obj) -> str | None:
     spec = pod.get("spec") or {}
     if spec.get("nodeName"):
         return spec["nodeName"]  # type: ignore[no-any-return]
-    required = ((((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
+    required = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        or {}
+    ).get("nodeSelectorTerms") or []
     for term in required:
         for expr in term.get("matchFields") or []:
             values = expr.get("values") or []
@@ -153,9 +164,13 @@ def target_node(pod: Obj) -> str | None:
 
 
 def surge_plan(
-    nodes: dict[str, list[Obj]], update_hash: str, max_surge: int, min_ready: int,
+    nodes: dict[str, list[Obj]],
+    update_hash: str,
+    max_surge: int,
+    min_ready: int,
 ) -> tuple[list[str], list[Obj]]:
-    """maxSurge > 0: nodes to start a new pod on beside the old one, and old pods whose new one is available."""
+    """maxSurge > 0: nodes to start a new pod on beside the old one, and old pods whose new one is
+    available."""
     create: list[str] = []
     delete: list[Obj] = []
     surging = 0
@@ -177,7 +192,9 @@ def surge_plan(
     return create[:room], delete
 
 
-def unavailable_plan(nodes: dict[str, list[Obj]], update_hash: str, max_unavailable: int, min_ready: int) -> list[Obj]:
+def unavailable_plan(
+    nodes: dict[str, list[Obj]], update_hash: str, max_unavailable: int, min_ready: int
+) -> list[Obj]:
     """maxSurge == 0: old pods to delete, unavailable ones first, so at most maxUnavailable nodes are down."""
     unavailable = 0
     old_unavailable: list[Obj] = []
@@ -209,8 +226,11 @@ class DaemonSetController(QueueController):
         self.nodes = ctx.informer(NODES)
         self.revisions = ctx.informer(CONTROLLER_REVISIONS)
         self.recorder = ctx.recorder("daemonset-controller")
-        super().__init__("daemonset", [self.sets, self.pods, self.nodes, self.revisions],
-                         int(ctx.options.concurrent_daemonset_syncs))
+        super().__init__(
+            "daemonset",
+            [self.sets, self.pods, self.nodes, self.revisions],
+            int(ctx.options.concurrent_daemonset_syncs),
+        )
         self.sets.add_event_handler(self.enqueue, lambda old, new: self.enqueue(new), self.enqueue)
         self.pods.add_event_handler(self._pod_event, lambda old, new: self._pod_event(new), self._pod_event)
         self.nodes.add_event_handler(self._node_event, self._node_update, self._node_event)
@@ -228,8 +248,9 @@ class DaemonSetController(QueueController):
             self.enqueue(ds)
 
     def _node_update(self, old: Obj, new: Obj) -> None:
-        if (old["metadata"].get("labels") != new["metadata"].get("labels")
-                or (old.get("spec") or {}).get("taints") != (new.get("spec") or {}).get("taints")):
+        if old["metadata"].get("labels") != new["metadata"].get("labels") or (old.get("spec") or {}).get(
+            "taints"
+        ) != (new.get("spec") or {}).get("taints"):
             self._node_event(new)
 
     async def sync(self, key: str) -> None:
@@ -248,8 +269,11 @@ class DaemonSetController(QueueController):
             selector = LabelSelector.from_dict(spec.get("selector"))
         except ValueError:
             selector = LabelSelector.nothing()
-        owned = [p for p in self.pods.list(namespace)
-                 if (controller_ref(p) or {}).get("uid") == uid and selector.matches(p["metadata"].get("labels"))]
+        owned = [
+            p
+            for p in self.pods.list(namespace)
+            if (controller_ref(p) or {}).get("uid") == uid and selector.matches(p["metadata"].get("labels"))
+        ]
         by_node: dict[str, list[Obj]] = {}
         for pod in owned:
             node = target_node(pod)
@@ -290,19 +314,26 @@ class DaemonSetController(QueueController):
                     delete.extend(old)
                 else:
                     delete.extend(unavailable_plan(eligible, update_hash, max(max_unavailable, 1), min_ready))
-                    duplicates = [p for pods in eligible.values() if len(pods) > 1 for p in _extra(pods, update_hash)]
+                    duplicates = [
+                        p for pods in eligible.values() if len(pods) > 1 for p in _extra(pods, update_hash)
+                    ]
                     delete.extend(duplicates)
             await self._apply(ds, template, update_hash, create, delete)
         await self._update_status(ds, eligible, misscheduled, update_hash, min_ready, collision)
         live = {revision["metadata"]["name"]}
         hashes = {_hash(p) for p in owned}
-        live |= {r["metadata"]["name"] for r in revisions if (r["metadata"].get("labels") or {}).get(REVISION_HASH)
-                 in hashes}
+        live |= {
+            r["metadata"]["name"]
+            for r in revisions
+            if (r["metadata"].get("labels") or {}).get(REVISION_HASH) in hashes
+        }
         await truncate_history(self.client, ds, owned_revisions(ds, self.revisions.list(namespace)), live)
         if min_ready > 0 and any(is_ready(p) and not is_available(p, min_ready) for p in owned):
             raise RequeueAfter(float(min_ready))
 
-    async def _apply(self, ds: Obj, template: Obj, update_hash: str, create: list[str], delete: list[Obj]) -> None:
+    async def _apply(
+        self, ds: Obj, template: Obj, update_hash: str, create: list[str], delete: list[Obj]
+    ) -> None:
         namespace = ds["metadata"]["namespace"]
 
         async def make(node: str) -> None:
@@ -320,21 +351,29 @@ class DaemonSetController(QueueController):
         async def remove(pod: Obj) -> None:
             meta = pod["metadata"]
             try:
-                await self.client.delete(PODS, meta["name"], meta["namespace"], preconditions={"uid": meta["uid"]})
+                await self.client.delete(
+                    PODS, meta["name"], meta["namespace"], preconditions={"uid": meta["uid"]}
+                )
             except NotFound:
                 return
             self.recorder.normal(ds, "SuccessfulDelete", f"Deleted pod: {meta['name']}")
 
         seen: set[str] = set()
         unique = [p for p in delete if not (p["metadata"]["uid"] in seen or seen.add(p["metadata"]["uid"]))]
-        results = await asyncio.gather(*(make(n) for n in create), *(remove(p) for p in unique),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(make(n) for n in create), *(remove(p) for p in unique), return_exceptions=True
+        )
         errors = [r for r in results if isinstance(r, Exception)]
         if errors:
             raise errors[0]
 
     async def _update_status(
-        self, ds: Obj, eligible: dict[str, list[Obj]], misscheduled: int, update_hash: str, min_ready: int,
+        self,
+        ds: Obj,
+        eligible: dict[str, list[Obj]],
+        misscheduled: int,
+        update_hash: str,
+        min_ready: int,
         collision: int,
     ) -> None:
         current = ready = available = updated = 0
@@ -351,9 +390,13 @@ class DaemonSetController(QueueController):
                 updated += 1
         desired = len(eligible)
         status: Obj = {
-            "desiredNumberScheduled": desired, "currentNumberScheduled": current,
-            "numberMisscheduled": misscheduled, "numberReady": ready, "numberAvailable": available,
-            "numberUnavailable": desired - available, "updatedNumberScheduled": updated,
+            "desiredNumberScheduled": desired,
+            "currentNumberScheduled": current,
+            "numberMisscheduled": misscheduled,
+            "numberReady": ready,
+            "numberAvailable": available,
+            "numberUnavailable": desired - available,
+            "updatedNumberScheduled": updated,
             "observedGeneration": ds["metadata"].get("generation", 0),
         }
         if collision:
@@ -362,8 +405,9 @@ class DaemonSetController(QueueController):
         if all((old.get(k) or 0) == (v or 0) for k, v in status.items()):
             return
         try:
-            await self.client.patch_status(DAEMON_SETS, ds["metadata"]["name"], {"status": status},
-                                           ds["metadata"]["namespace"])
+            await self.client.patch_status(
+                DAEMON_SETS, ds["metadata"]["name"], {"status": status}, ds["metadata"]["namespace"]
+            )
         except NotFound:
             return
 
@@ -372,4 +416,3 @@ def _extra(pods: list[Obj], update_hash: str) -> list[Obj]:
     """Beyond one pod per node (maxSurge 0): keep the newest-revision, oldest pod; the rest go."""
     keep = min(pods, key=lambda p: (_hash(p) != update_hash, p["metadata"].get("creationTimestamp") or ""))
     return [p for p in pods if p is not keep]
-

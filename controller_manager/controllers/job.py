@@ -50,7 +50,6 @@ NAME = "job"
 TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
-INDEX_IGNORED_FAILURE_COUNT = "batch.kubernetes.io/job-index-ignored-failure-count"
 COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
 #: upstream's MaxUncountedPods / MaxPodCreateDeletePerSync
 MAX_UNCOUNTED = 500
@@ -73,7 +72,9 @@ def has_finalizer(pod: Obj) -> bool:
 
 def pod_index(pod: Obj) -> int | None:
     meta = pod.get("metadata") or {}
-    text = (meta.get("annotations") or {}).get(COMPLETION_INDEX) or (meta.get("labels") or {}).get(COMPLETION_INDEX)
+    text = (meta.get("annotations") or {}).get(COMPLETION_INDEX) or (meta.get("labels") or {}).get(
+        COMPLETION_INDEX
+    )
     try:
         return int(text) if text is not None else None
     except ValueError:
@@ -105,7 +106,9 @@ def finish_time(pod: Obj) -> float:
         if done:
             latest = max(latest, done.timestamp())
     if not latest:
-        stamp = parse_time(pod["metadata"].get("deletionTimestamp") or pod["metadata"].get("creationTimestamp"))
+        stamp = parse_time(
+            pod["metadata"].get("deletionTimestamp") or pod["metadata"].get("creationTimestamp")
+        )
         latest = stamp.timestamp() if stamp else 0.0
     return latest
 
@@ -127,8 +130,10 @@ def job_pod(job: Obj, index: int | None, failure_count: int = 0) -> Obj:
     spec = pod["spec"]
     if not spec.get("hostname"):
         spec["hostname"] = f"{name}-{index}"
-    env_var = {"name": COMPLETION_INDEX_ENV,
-               "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}}
+    env_var = {
+        "name": COMPLETION_INDEX_ENV,
+        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}},
+    }
     for key in ("initContainers", "containers"):
         for container in spec.get(key) or []:
             env = container.setdefault("env", [])
@@ -139,8 +144,14 @@ def job_pod(job: Obj, index: int | None, failure_count: int = 0) -> Obj:
 
 def _condition(kind: str, reason: str, message: str, now: datetime, status: str = "True") -> Obj:
     stamp = _fmt(now)
-    return {"type": kind, "status": status, "reason": reason, "message": message,
-            "lastProbeTime": stamp, "lastTransitionTime": stamp}
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastProbeTime": stamp,
+        "lastTransitionTime": stamp,
+    }
 
 
 def set_condition(conditions: list[Obj], new: Obj) -> list[Obj]:
@@ -196,7 +207,9 @@ class JobController(QueueController):
         self.finalizer_removed: set[str] = set()
         super().__init__("job", [self.jobs, self.pods], int(ctx.options.concurrent_job_syncs))
         self.jobs.add_event_handler(self.enqueue, lambda old, new: self.enqueue(new), self._job_deleted)
-        self.pods.add_event_handler(self._pod_added, lambda old, new: self._pod_changed(new), self._pod_deleted)
+        self.pods.add_event_handler(
+            self._pod_added, lambda old, new: self._pod_changed(new), self._pod_deleted
+        )
 
     # -- handlers ----------------------------------------------------------------------------------
 
@@ -247,8 +260,11 @@ class JobController(QueueController):
             selector = LabelSelector.from_dict((job.get("spec") or {}).get("selector"))
         except ValueError:
             selector = LabelSelector.nothing()
-        return [p for p in self.pods.list(job["metadata"]["namespace"])
-                if (controller_ref(p) or {}).get("uid") == uid and selector.matches(p["metadata"].get("labels"))]
+        return [
+            p
+            for p in self.pods.list(job["metadata"]["namespace"])
+            if (controller_ref(p) or {}).get("uid") == uid and selector.matches(p["metadata"].get("labels"))
+        ]
 
     async def sync(self, key: str) -> None:
         namespace, _, name = key.partition("/")
@@ -263,11 +279,14 @@ class JobController(QueueController):
 
     async def _remove_finalizers(self, pods: list[Obj]) -> set[str]:
         """Drop the tracking finalizer; returns the uids whose finalizer is gone (or whose pod is gone)."""
+
         async def one(pod: Obj) -> str | None:
             meta = pod["metadata"]
             finalizers = [f for f in meta.get("finalizers") or [] if f != TRACKING_FINALIZER]
-            patch = [{"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
-                     {"op": "replace", "path": "/metadata/finalizers", "value": finalizers}]
+            patch = [
+                {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
+                {"op": "replace", "path": "/metadata/finalizers", "value": finalizers},
+            ]
             self.finalizer_removed.add(str(meta["uid"]))
             try:
                 await self.client.patch(PODS, meta["name"], patch, meta["namespace"], patch_type="json")
@@ -352,9 +371,11 @@ class JobSync:
         try:
             # The resourceVersion makes a write from a stale cache conflict instead of rewinding counters.
             updated = await self.ctl.client.patch_status(
-                JOBS, self.job["metadata"]["name"],
+                JOBS,
+                self.job["metadata"]["name"],
                 {"metadata": {"resourceVersion": self.resource_version}, "status": status},
-                self.job["metadata"]["namespace"])
+                self.job["metadata"]["namespace"],
+            )
         except NotFound:
             return
         self.old = updated.get("status") or {}
@@ -367,9 +388,15 @@ class JobSync:
         if self.status["startTime"] is None and not self.spec.get("suspend"):
             self.status["startTime"] = _fmt(self.now)
         fail_job_message = await self._track_finished()
-        active = [p for p in self.pods if not pod_finished(p, job) and not p["metadata"].get("deletionTimestamp")]
-        terminating = [p for p in self.pods if p["metadata"].get("deletionTimestamp")
-                       and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        active = [
+            p for p in self.pods if not pod_finished(p, job) and not p["metadata"].get("deletionTimestamp")
+        ]
+        terminating = [
+            p
+            for p in self.pods
+            if p["metadata"].get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
         target = condition_true(job, "FailureTarget") or condition_true(job, "SuccessCriteriaMet")
         if target is None:
             target = self._decide_end(active, fail_job_message)
@@ -420,8 +447,11 @@ class JobSync:
             index = pod_index(pod)
             if (pod.get("status") or {}).get("phase") == "Succeeded":
                 if self.indexed:
-                    if index is None or (self.completions is not None and index >= self.completions) \
-                            or index in completed:
+                    if (
+                        index is None
+                        or (self.completions is not None and index >= self.completions)
+                        or index in completed
+                    ):
                         newly.append(pod)
                         continue
                     completed.add(index)
@@ -473,40 +503,72 @@ class JobSync:
             return _condition("FailureTarget", "PodFailurePolicy", fail_job_message, self.now)
         restarts = 0
         if ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy") == "OnFailure":
-            restarts = sum(s.get("restartCount") or 0 for p in active
-                           for s in (p.get("status") or {}).get("containerStatuses") or [])
+            restarts = sum(
+                s.get("restartCount") or 0
+                for p in active
+                for s in (p.get("status") or {}).get("containerStatuses") or []
+            )
         if backoff_exceeded(spec, failed, restarts):
-            return _condition("FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit",
-                              self.now)
+            return _condition(
+                "FailureTarget",
+                "BackoffLimitExceeded",
+                "Job has reached the specified backoff limit",
+                self.now,
+            )
         deadline = spec.get("activeDeadlineSeconds")
         started = parse_time(self.status.get("startTime"))
         if deadline is not None and started is not None and not spec.get("suspend"):
             if started + timedelta(seconds=int(deadline)) <= self.now:
-                return _condition("FailureTarget", "DeadlineExceeded",
-                                  "Job was active longer than specified deadline", self.now)
+                return _condition(
+                    "FailureTarget",
+                    "DeadlineExceeded",
+                    "Job was active longer than specified deadline",
+                    self.now,
+                )
         if self.indexed and spec.get("backoffLimitPerIndex") is not None:
             failed_idx = self.failed_indexes
             max_failed = spec.get("maxFailedIndexes")
             if max_failed is not None and len(failed_idx) > int(max_failed):
-                return _condition("FailureTarget", "MaxFailedIndexesExceeded",
-                                  "Job has exceeded the specified maximal number of failed indexes", self.now)
-            if failed_idx and self.completions is not None and \
-                    len(failed_idx | self.completed) >= self.completions:
+                return _condition(
+                    "FailureTarget",
+                    "MaxFailedIndexesExceeded",
+                    "Job has exceeded the specified maximal number of failed indexes",
+                    self.now,
+                )
+            if (
+                failed_idx
+                and self.completions is not None
+                and len(failed_idx | self.completed) >= self.completions
+            ):
                 return _condition("FailureTarget", "FailedIndexes", "Job has failed indexes", self.now)
         if self.indexed:
             rule = success_policy_rule(spec.get("successPolicy"), self.completed)
             if rule is not None:
-                return _condition("SuccessCriteriaMet", "SuccessPolicy", f"Matched rules at index {rule}", self.now)
+                return _condition(
+                    "SuccessCriteriaMet", "SuccessPolicy", f"Matched rules at index {rule}", self.now
+                )
             if self.completions is not None and len(self.completed) >= self.completions:
-                return _condition("SuccessCriteriaMet", "CompletionsReached",
-                                  "Reached expected number of succeeded pods", self.now)
+                return _condition(
+                    "SuccessCriteriaMet",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                    self.now,
+                )
             return None
         if self.completions is not None and succeeded >= self.completions:
-            return _condition("SuccessCriteriaMet", "CompletionsReached",
-                              "Reached expected number of succeeded pods", self.now)
+            return _condition(
+                "SuccessCriteriaMet",
+                "CompletionsReached",
+                "Reached expected number of succeeded pods",
+                self.now,
+            )
         if self.completions is None and succeeded > 0 and not active:
-            return _condition("SuccessCriteriaMet", "CompletionsReached",
-                              "Reached expected number of succeeded pods", self.now)
+            return _condition(
+                "SuccessCriteriaMet",
+                "CompletionsReached",
+                "Reached expected number of succeeded pods",
+                self.now,
+            )
         return None
 
     async def _finish(self, target: Obj, active: list[Obj], terminating: list[Obj]) -> None:
@@ -522,7 +584,12 @@ class JobSync:
             active.clear()
             return
         uncounted = self.status["uncountedTerminatedPods"]
-        if terminating or uncounted["succeeded"] or uncounted["failed"] or any(has_finalizer(p) for p in self.pods):
+        if (
+            terminating
+            or uncounted["succeeded"]
+            or uncounted["failed"]
+            or any(has_finalizer(p) for p in self.pods)
+        ):
             return
         final = _condition("Complete" if success else "Failed", target["reason"], target["message"], self.now)
         self._set(final)
@@ -575,23 +642,33 @@ class JobSync:
         running: dict[int, Obj] = {}
         for pod in sorted(active, key=lambda p: p["metadata"].get("creationTimestamp") or ""):
             index = pod_index(pod)
-            if index is None or self.completions is None or index >= self.completions or index in done \
-                    or index in running:
+            if (
+                index is None
+                or self.completions is None
+                or index >= self.completions
+                or index in done
+                or index in running
+            ):
                 extra.append(pod)
             else:
                 running[index] = pod
         parallelism = int(self.spec.get("parallelism") if self.spec.get("parallelism") is not None else 1)
         room = parallelism - len(running)
         if room < 0:
-            victims = sorted(running.items(), key=lambda kv: -kv[0])[: -room]
+            victims = sorted(running.items(), key=lambda kv: -kv[0])[:-room]
             extra.extend(p for _, p in victims)
             return extra, []
-        todo: list[int | None] = [i for i in range(self.completions or 0) if i not in done and i not in running]
+        todo: list[int | None] = [
+            i for i in range(self.completions or 0) if i not in done and i not in running
+        ]
         return extra, todo[:room]
 
     def _index_failures(self, index: int) -> int:
-        counts = [_failure_count(p) + 1 for p in self.ctl._job_pods(self.job)
-                  if pod_index(p) == index and pod_failed(p, self.job)]
+        counts = [
+            _failure_count(p) + 1
+            for p in self.ctl._job_pods(self.job)
+            if pod_index(p) == index and pod_failed(p, self.job)
+        ]
         return max(counts, default=0)
 
     async def _create_pods(self, indexes: list[int | None]) -> None:
@@ -620,13 +697,15 @@ class JobSync:
             raise err.errors[0] from None
 
     async def _delete_pods(self, pods: list[Obj]) -> None:
-        """Delete pods; unscheduled ones vanish at once, so count and unblock them right here."""
+        """Delete pods; their tracking finalizers are removed (and they are counted) by a later pass."""
         job = self.job
 
         async def one(pod: Obj) -> None:
             meta = pod["metadata"]
             try:
-                await self.ctl.client.delete(PODS, meta["name"], meta["namespace"], preconditions={"uid": meta["uid"]})
+                await self.ctl.client.delete(
+                    PODS, meta["name"], meta["namespace"], preconditions={"uid": meta["uid"]}
+                )
             except NotFound:
                 return
             self.ctl.recorder.normal(job, "SuccessfulDelete", f"Deleted pod: {meta['name']}")

@@ -22,7 +22,7 @@ def pod_failure_backoff(failures: int) -> float:
 
 
 def parse_indexes(text: str | None, limit: int | None = None) -> set[int]:
-    """"1,3-5" -> {1, 3, 4, 5}; indexes at or beyond `limit` are dropped."""
+    """ "1,3-5" -> {1, 3, 4, 5}; indexes at or beyond `limit` are dropped."""
     out: set[int] = set()
     for part in (text or "").split(","):
         part = part.strip()
@@ -93,14 +93,18 @@ def match_pod_failure_policy(policy: Obj | None, pod: Obj) -> tuple[str | None, 
         if rule.get("onExitCodes"):
             hit = _exit_code_match(rule, pod)
             if hit:
-                msg = (f"Container {hit['name']} for pod {meta.get('namespace')}/{meta.get('name')} failed with "
-                       f"exit code {hit['exitCode']} matching {action} rule at index {index}")
+                msg = (
+                    f"Container {hit['name']} for pod {meta.get('namespace')}/{meta.get('name')} failed with "
+                    f"exit code {hit['exitCode']} matching {action} rule at index {index}"
+                )
                 return action, msg
         elif rule.get("onPodConditions"):
             hit = _condition_match(rule, pod)
             if hit:
-                msg = (f"Pod {meta.get('namespace')}/{meta.get('name')} has condition {hit.get('type')} matching "
-                       f"{action} rule at index {index}")
+                msg = (
+                    f"Pod {meta.get('namespace')}/{meta.get('name')} has condition {hit.get('type')} "
+                    f"matching {action} rule at index {index}"
+                )
                 return action, msg
     return None, ""
 

@@ -80,8 +80,11 @@ def is_running_and_ready(pod: Obj) -> bool:
 
 
 def is_healthy(pod: Obj, min_ready: int = 0) -> bool:
-    return is_running_and_ready(pod) and not pod["metadata"].get("deletionTimestamp") and (
-        min_ready <= 0 or is_available(pod, min_ready))
+    return (
+        is_running_and_ready(pod)
+        and not pod["metadata"].get("deletionTimestamp")
+        and (min_ready <= 0 or is_available(pod, min_ready))
+    )
 
 
 def pod_revision(pod: Obj) -> str:
@@ -99,14 +102,20 @@ def int_or_percent(value: Any, total: int, round_up: bool) -> int:
 
 
 def rolling_update_targets(
-    pods: dict[int, Obj], ordinals: range, partition: int, max_unavailable: int, update_revision: str,
+    pods: dict[int, Obj],
+    ordinals: range,
+    partition: int,
+    max_unavailable: int,
+    update_revision: str,
     min_ready: int = 0,
 ) -> list[int]:
     """Ordinals to delete now for a RollingUpdate, highest first: pods at or above the partition
     with an old revision, no more than maxUnavailable pods down at a time (deleted ones included).
     """
     start = max(partition, ordinals.start)
-    unavailable = sum(1 for o in ordinals if o >= start and (o not in pods or not is_healthy(pods[o], min_ready)))
+    unavailable = sum(
+        1 for o in ordinals if o >= start and (o not in pods or not is_healthy(pods[o], min_ready))
+    )
     targets: list[int] = []
     for ordinal in reversed(ordinals):
         if ordinal < start:
@@ -129,10 +138,18 @@ def new_pod(sts: Obj, template: Obj, ordinal: int, revision: str) -> Obj:
     spec = sts.get("spec") or {}
     name = f"{meta['name']}-{ordinal}"
     tmeta = template.get("metadata") or {}
-    labels = {**(tmeta.get("labels") or {}), POD_NAME_LABEL: name, POD_INDEX_LABEL: str(ordinal),
-              REVISION_HASH: revision}
-    pod_meta: Obj = {"name": name, "namespace": meta["namespace"], "labels": labels,
-                     "ownerReferences": [new_controller_ref(sts)]}
+    labels = {
+        **(tmeta.get("labels") or {}),
+        POD_NAME_LABEL: name,
+        POD_INDEX_LABEL: str(ordinal),
+        REVISION_HASH: revision,
+    }
+    pod_meta: Obj = {
+        "name": name,
+        "namespace": meta["namespace"],
+        "labels": labels,
+        "ownerReferences": [new_controller_ref(sts)],
+    }
     if tmeta.get("annotations"):
         pod_meta["annotations"] = dict(tmeta["annotations"])
     if tmeta.get("finalizers"):
@@ -146,8 +163,14 @@ def new_pod(sts: Obj, template: Obj, ordinal: int, revision: str) -> Obj:
         names = {c["metadata"]["name"] for c in claims}
         volumes = [v for v in pod_spec.get("volumes") or [] if v.get("name") not in names]
         for claim in claims:
-            volumes.append({"name": claim["metadata"]["name"], "persistentVolumeClaim": {
-                "claimName": claim_name(claim["metadata"]["name"], meta["name"], ordinal)}})
+            volumes.append(
+                {
+                    "name": claim["metadata"]["name"],
+                    "persistentVolumeClaim": {
+                        "claimName": claim_name(claim["metadata"]["name"], meta["name"], ordinal)
+                    },
+                }
+            )
         pod_spec["volumes"] = volumes
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": pod_spec}
 
@@ -160,9 +183,13 @@ def new_claims(sts: Obj, ordinal: int) -> list[Obj]:
     for claim in spec.get("volumeClaimTemplates") or []:
         cmeta = claim.get("metadata") or {}
         body: Obj = {
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": claim_name(cmeta["name"], meta["name"], ordinal), "namespace": meta["namespace"],
-                         "labels": {**(cmeta.get("labels") or {}), **match_labels}},
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {
+                "name": claim_name(cmeta["name"], meta["name"], ordinal),
+                "namespace": meta["namespace"],
+                "labels": {**(cmeta.get("labels") or {}), **match_labels},
+            },
             "spec": copy.deepcopy(claim.get("spec") or {}),
         }
         if cmeta.get("annotations"):
@@ -179,22 +206,47 @@ def claim_owner_refs(sts: Obj, claim: Obj, pod: Obj | None, condemned: bool) -> 
     policy = (sts.get("spec") or {}).get("persistentVolumeClaimRetentionPolicy") or {}
     set_uid = sts["metadata"]["uid"]
     pod_uid = pod["metadata"]["uid"] if pod is not None else None
-    refs = [r for r in (claim.get("metadata") or {}).get("ownerReferences") or []
-            if r.get("uid") != set_uid and not (r.get("kind") == "Pod" and r.get("uid") == pod_uid)]
+    refs = [
+        r
+        for r in (claim.get("metadata") or {}).get("ownerReferences") or []
+        if r.get("uid") != set_uid and not (r.get("kind") == "Pod" and r.get("uid") == pod_uid)
+    ]
     if policy.get("whenDeleted") == "Delete":
-        refs.append({"apiVersion": "apps/v1", "kind": "StatefulSet", "name": sts["metadata"]["name"],
-                     "uid": set_uid, "blockOwnerDeletion": True})
+        refs.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "name": sts["metadata"]["name"],
+                "uid": set_uid,
+                "blockOwnerDeletion": True,
+            }
+        )
     if policy.get("whenScaled") == "Delete" and condemned and pod is not None:
-        refs.append({"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"], "uid": pod_uid,
-                     "blockOwnerDeletion": True})
+        refs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod["metadata"]["name"],
+                "uid": pod_uid,
+                "blockOwnerDeletion": True,
+            }
+        )
     return refs
 
 
 def compute_status(sts: Obj, pods: list[Obj], current: str, update: str, collision: int) -> Obj:
     min_ready = int((sts.get("spec") or {}).get("minReadySeconds") or 0)
-    status: Obj = {"observedGeneration": sts["metadata"].get("generation", 0), "replicas": 0, "readyReplicas": 0,
-                   "availableReplicas": 0, "currentReplicas": 0, "updatedReplicas": 0,
-                   "currentRevision": current, "updateRevision": update, "collisionCount": collision}
+    status: Obj = {
+        "observedGeneration": sts["metadata"].get("generation", 0),
+        "replicas": 0,
+        "readyReplicas": 0,
+        "availableReplicas": 0,
+        "currentReplicas": 0,
+        "updatedReplicas": 0,
+        "currentRevision": current,
+        "updateRevision": update,
+        "collisionCount": collision,
+    }
     for pod in pods:
         status["replicas"] += 1
         if is_running_and_ready(pod):
@@ -207,8 +259,9 @@ def compute_status(sts: Obj, pods: list[Obj], current: str, update: str, collisi
             if pod_revision(pod) == update:
                 status["updatedReplicas"] += 1
     strategy = ((sts.get("spec") or {}).get("updateStrategy") or {}).get("type", "RollingUpdate")
-    if strategy == "RollingUpdate" and status["updatedReplicas"] == status["replicas"] == status["readyReplicas"] \
-            == replicas_of(sts):
+    if strategy == "RollingUpdate" and status["updatedReplicas"] == status["replicas"] == status[
+        "readyReplicas"
+    ] == replicas_of(sts):
         status["currentRevision"] = update
         status["currentReplicas"] = status["updatedReplicas"]
     return status
@@ -225,8 +278,11 @@ class StatefulSetController(QueueController):
         self.revisions = ctx.informer(CONTROLLER_REVISIONS)
         self.claims = ctx.informer(PVCS)
         self.recorder = ctx.recorder("statefulset-controller")
-        super().__init__("statefulset", [self.sets, self.pods, self.revisions, self.claims],
-                         int(ctx.options.concurrent_statefulset_syncs))
+        super().__init__(
+            "statefulset",
+            [self.sets, self.pods, self.revisions, self.claims],
+            int(ctx.options.concurrent_statefulset_syncs),
+        )
         self.sets.add_event_handler(self.enqueue, lambda old, new: self.enqueue(new), self.enqueue)
         self.pods.add_event_handler(self._pod_event, lambda old, new: self._pod_event(new), self._pod_event)
 
@@ -283,27 +339,43 @@ class StatefulSetController(QueueController):
         owned: list[Obj] = []
         for pod in self.pods.list(sts["metadata"]["namespace"]):
             parsed = parse_ordinal(pod["metadata"]["name"])
-            matches = selector.matches(pod["metadata"].get("labels")) and parsed is not None and parsed[0] == name
+            matches = (
+                selector.matches(pod["metadata"].get("labels")) and parsed is not None and parsed[0] == name
+            )
             decision = claim_decision(pod, sts, matches)
             meta = pod["metadata"]
             if decision == "claim":
                 owned.append(pod)
             elif decision == "adopt":
                 try:
-                    owned.append(await self.client.patch(PODS, meta["name"], adopt_patch(pod, sts), meta["namespace"],
-                                                         patch_type="strategic"))
+                    owned.append(
+                        await self.client.patch(
+                            PODS,
+                            meta["name"],
+                            adopt_patch(pod, sts),
+                            meta["namespace"],
+                            patch_type="strategic",
+                        )
+                    )
                 except NotFound:
                     continue
             elif decision == "release":
                 try:
-                    await self.client.patch(PODS, meta["name"], release_patch(pod, sts), meta["namespace"],
-                                            patch_type="strategic")
+                    await self.client.patch(
+                        PODS, meta["name"], release_patch(pod, sts), meta["namespace"], patch_type="strategic"
+                    )
                 except NotFound:
                     continue
         return owned
 
     async def _update(
-        self, sts: Obj, pods: list[Obj], current_template: Obj, current: str, update_template: Obj, update: str,
+        self,
+        sts: Obj,
+        pods: list[Obj],
+        current_template: Obj,
+        current: str,
+        update_template: Obj,
+        update: str,
     ) -> float | None:
         """One step toward the spec; returns seconds to look again (minReadySeconds), else None."""
         spec = sts.get("spec") or {}
@@ -323,16 +395,21 @@ class StatefulSetController(QueueController):
         partition = int((strategy.get("rollingUpdate") or {}).get("partition") or 0)
         for ordinal in ordinals:
             pod = by_ordinal.get(ordinal)
-            if pod is not None and (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded") \
-                    and not pod["metadata"].get("deletionTimestamp"):
+            if (
+                pod is not None
+                and (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")
+                and not pod["metadata"].get("deletionTimestamp")
+            ):
                 await self._delete_pod(sts, pod)
                 by_ordinal.pop(ordinal)
                 if ordered:
                     return None
                 continue
             if pod is None:
-                use_current = strategy.get("type", "RollingUpdate") == "RollingUpdate" and \
-                    ordinal < start_ordinal(sts) + partition
+                use_current = (
+                    strategy.get("type", "RollingUpdate") == "RollingUpdate"
+                    and ordinal < start_ordinal(sts) + partition
+                )
                 template, revision = (current_template, current) if use_current else (update_template, update)
                 await self._create_pod(sts, new_pod(sts, template, ordinal, revision), ordinal)
                 if ordered:
@@ -358,13 +435,21 @@ class StatefulSetController(QueueController):
                 return None
         if strategy.get("type", "RollingUpdate") != "RollingUpdate":
             return None
-        max_unavailable = max(int_or_percent((strategy.get("rollingUpdate") or {}).get("maxUnavailable"),
-                                             replicas_of(sts), round_up=False), 1)
-        if ordered and any(not is_healthy(p, min_ready) for o, p in by_ordinal.items()
-                           if o < max(partition + ordinals.start, ordinals.start)):
+        max_unavailable = max(
+            int_or_percent(
+                (strategy.get("rollingUpdate") or {}).get("maxUnavailable"), replicas_of(sts), round_up=False
+            ),
+            1,
+        )
+        if ordered and any(
+            not is_healthy(p, min_ready)
+            for o, p in by_ordinal.items()
+            if o < max(partition + ordinals.start, ordinals.start)
+        ):
             return None
-        targets = rolling_update_targets(by_ordinal, ordinals, partition + ordinals.start, max_unavailable, update,
-                                         min_ready)
+        targets = rolling_update_targets(
+            by_ordinal, ordinals, partition + ordinals.start, max_unavailable, update, min_ready
+        )
         for ordinal in targets:
             await self._delete_pod(sts, by_ordinal[ordinal])
         return None
@@ -377,20 +462,31 @@ class StatefulSetController(QueueController):
         except AlreadyExists:
             return
         except Exception as exc:
-            self.recorder.warning(sts, "FailedCreate",
-                                  f"create Pod {pod['metadata']['name']} in StatefulSet {set_name} failed error: {exc}")
+            self.recorder.warning(
+                sts,
+                "FailedCreate",
+                f"create Pod {pod['metadata']['name']} in StatefulSet {set_name} failed error: {exc}",
+            )
             raise
-        self.recorder.normal(sts, "SuccessfulCreate",
-                             f"create Pod {pod['metadata']['name']} in StatefulSet {set_name} successful")
+        self.recorder.normal(
+            sts,
+            "SuccessfulCreate",
+            f"create Pod {pod['metadata']['name']} in StatefulSet {set_name} successful",
+        )
 
     async def _delete_pod(self, sts: Obj, pod: Obj) -> None:
         meta = pod["metadata"]
         try:
-            await self.client.delete(PODS, meta["name"], meta["namespace"], preconditions={"uid": meta["uid"]})
+            await self.client.delete(
+                PODS, meta["name"], meta["namespace"], preconditions={"uid": meta["uid"]}
+            )
         except NotFound:
             return
-        self.recorder.normal(sts, "SuccessfulDelete",
-                             f"delete Pod {meta['name']} in StatefulSet {sts['metadata']['name']} successful")
+        self.recorder.normal(
+            sts,
+            "SuccessfulDelete",
+            f"delete Pod {meta['name']} in StatefulSet {sts['metadata']['name']} successful",
+        )
 
     async def _ensure_claims(self, sts: Obj, pod: Obj | None, ordinal: int, condemned: bool) -> None:
         """Create missing claims for an ordinal and keep their owner references in line with the policy."""
@@ -407,16 +503,23 @@ class StatefulSetController(QueueController):
                     await self.client.create(PVCS, body, namespace)
                 except AlreadyExists:
                     return
-                self.recorder.normal(sts, "SuccessfulCreate",
-                                     f"create Claim {name} Pod {sts['metadata']['name']}-{ordinal} in StatefulSet "
-                                     f"{sts['metadata']['name']} success")
+                self.recorder.normal(
+                    sts,
+                    "SuccessfulCreate",
+                    f"create Claim {name} Pod {sts['metadata']['name']}-{ordinal} in StatefulSet "
+                    f"{sts['metadata']['name']} success",
+                )
                 return
             if existing["metadata"].get("deletionTimestamp"):
                 return
             refs = claim_owner_refs(sts, existing, pod, condemned)
             if refs != (existing["metadata"].get("ownerReferences") or []):
-                patch = {"metadata": {"ownerReferences": refs or None,
-                                      "resourceVersion": existing["metadata"]["resourceVersion"]}}
+                patch = {
+                    "metadata": {
+                        "ownerReferences": refs or None,
+                        "resourceVersion": existing["metadata"]["resourceVersion"],
+                    }
+                }
                 try:
                     await self.client.patch(PVCS, name, patch, namespace)
                 except NotFound:

@@ -59,8 +59,10 @@ def revision_number(revision: Obj) -> int:
 
 def owned_revisions(owner: Obj, revisions: list[Obj]) -> list[Obj]:
     uid = owner["metadata"]["uid"]
-    return sorted((r for r in revisions if (controller_ref(r) or {}).get("uid") == uid),
-                  key=lambda r: (revision_number(r), r["metadata"].get("creationTimestamp") or ""))
+    return sorted(
+        (r for r in revisions if (controller_ref(r) or {}).get("uid") == uid),
+        key=lambda r: (revision_number(r), r["metadata"].get("creationTimestamp") or ""),
+    )
 
 
 def equal_revision(revision: Obj, template: Obj) -> bool:
@@ -68,7 +70,11 @@ def equal_revision(revision: Obj, template: Obj) -> bool:
 
 
 async def ensure_revision(
-    client: Client, owner: Obj, revisions: list[Obj], template: Obj, labels: dict[str, str],
+    client: Client,
+    owner: Obj,
+    revisions: list[Obj],
+    template: Obj,
+    labels: dict[str, str],
 ) -> tuple[Obj, int]:
     """The revision for `template` (reused, renumbered to newest, or created) and the collision count."""
     collision = int((owner.get("status") or {}).get("collisionCount") or 0)
@@ -78,17 +84,25 @@ async def ensure_revision(
         found = equal[-1]
         if revisions and found is revisions[-1]:
             return found, collision
-        patched = await client.patch(CONTROLLER_REVISIONS, found["metadata"]["name"], {"revision": newest + 1},
-                                     found["metadata"]["namespace"])
+        patched = await client.patch(
+            CONTROLLER_REVISIONS,
+            found["metadata"]["name"],
+            {"revision": newest + 1},
+            found["metadata"]["namespace"],
+        )
         return patched, collision
     namespace = owner["metadata"]["namespace"]
     while True:
         digest = template_hash(template, collision)
         body = {
-            "apiVersion": "apps/v1", "kind": "ControllerRevision",
-            "metadata": {"name": f"{owner['metadata']['name']}-{digest}", "namespace": namespace,
-                         "labels": {**labels, REVISION_HASH: digest},
-                         "ownerReferences": [new_controller_ref(owner)]},
+            "apiVersion": "apps/v1",
+            "kind": "ControllerRevision",
+            "metadata": {
+                "name": f"{owner['metadata']['name']}-{digest}",
+                "namespace": namespace,
+                "labels": {**labels, REVISION_HASH: digest},
+                "ownerReferences": [new_controller_ref(owner)],
+            },
             "data": revision_data(template),
             "revision": newest + 1,
         }
@@ -96,8 +110,9 @@ async def ensure_revision(
             return await client.create(CONTROLLER_REVISIONS, body, namespace), collision
         except AlreadyExists:
             existing = await client.get(CONTROLLER_REVISIONS, body["metadata"]["name"], namespace)
-            if (controller_ref(existing) or {}).get("uid") == owner["metadata"]["uid"] and \
-                    equal_revision(existing, template):
+            if (controller_ref(existing) or {}).get("uid") == owner["metadata"]["uid"] and equal_revision(
+                existing, template
+            ):
                 return existing, collision
             collision += 1
 

@@ -28,7 +28,8 @@ def finish_time(job: Obj) -> datetime | None:
     for cond in (job.get("status") or {}).get("conditions") or []:
         if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
             return parse_time(cond.get("lastTransitionTime")) or parse_time(
-                (job.get("status") or {}).get("completionTime"))
+                (job.get("status") or {}).get("completionTime")
+            )
     return None
 
 
@@ -50,7 +51,9 @@ class TTLAfterFinishedController(QueueController):
         self.client = ctx.client
         self.clock = clock or (lambda: datetime.now(UTC))
         self.jobs = ctx.informer(JOBS)
-        super().__init__("ttl-after-finished", [self.jobs], int(ctx.options.concurrent_ttl_after_finished_syncs))
+        super().__init__(
+            "ttl-after-finished", [self.jobs], int(ctx.options.concurrent_ttl_after_finished_syncs)
+        )
         self.jobs.add_event_handler(self._changed, lambda old, new: self._changed(new), None)
 
     def _changed(self, job: Obj) -> None:
@@ -79,8 +82,13 @@ class TTLAfterFinishedController(QueueController):
             raise RequeueAfter(left)
         meta = fresh["metadata"]
         try:
-            await self.client.delete(JOBS, name, namespace, propagation_policy="Background",
-                                     preconditions={"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]})
+            await self.client.delete(
+                JOBS,
+                name,
+                namespace,
+                propagation_policy="Background",
+                preconditions={"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]},
+            )
         except (NotFound, Conflict):
             return
         self.log.info("deleted finished job after its TTL", job=key)

@@ -53,10 +53,18 @@ def test_fields_ranges_steps_lists_and_names() -> None:
     assert parse("1-10/3 * * * *").minutes == {1, 4, 7, 10}  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize(("macro", "spec"), [
-    ("@hourly", "0 * * * *"), ("@daily", "0 0 * * *"), ("@midnight", "0 0 * * *"), ("@weekly", "0 0 * * 0"),
-    ("@monthly", "0 0 1 * *"), ("@yearly", "0 0 1 1 *"), ("@annually", "0 0 1 1 *"),
-])
+@pytest.mark.parametrize(
+    ("macro", "spec"),
+    [
+        ("@hourly", "0 * * * *"),
+        ("@daily", "0 0 * * *"),
+        ("@midnight", "0 0 * * *"),
+        ("@weekly", "0 0 * * 0"),
+        ("@monthly", "0 0 1 * *"),
+        ("@yearly", "0 0 1 1 *"),
+        ("@annually", "0 0 1 1 *"),
+    ],
+)
 def test_descriptors(macro: str, spec: str) -> None:
     assert parse(macro) == parse(spec)
 
@@ -67,19 +75,25 @@ def test_every() -> None:
     assert sched.next(utc(2024, 1, 1, 0, 0, 0)) == utc(2024, 1, 1, 0, 1, 30)
 
 
-@pytest.mark.parametrize(("schedule", "message"), [
-    ("* * * *", "expected exactly 5 fields, found 4: [* * * *]"),
-    ("60 * * * *", "end of range (60) above maximum (59): 60"),
-    ("* * 0 * *", "beginning of range (0) below minimum (1): 0"),
-    ("5-1 * * * *", "beginning of range (5) beyond end of range (1): 5-1"),
-    ("*/0 * * * *", "step of range should be a positive number: */0"),
-    ("1/2/3 * * * *", "too many slashes: 1/2/3"),
-    ("x * * * *", 'failed to parse int from x: strconv.Atoi: parsing "x": invalid syntax'),
-    ("@fortnightly", "unrecognized descriptor: @fortnightly"),
-    ("TZ=UTC * * * * *", "cannot use TZ or CRON_TZ in schedule, use timeZone field instead"),
-    ("CRON_TZ=Europe/Paris 0 * * * *", "cannot use TZ or CRON_TZ in schedule, use timeZone field instead"),
-    ("* * * * 7", "end of range (7) above maximum (6): 7"),
-])
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        ("* * * *", "expected exactly 5 fields, found 4: [* * * *]"),
+        ("60 * * * *", "end of range (60) above maximum (59): 60"),
+        ("* * 0 * *", "beginning of range (0) below minimum (1): 0"),
+        ("5-1 * * * *", "beginning of range (5) beyond end of range (1): 5-1"),
+        ("*/0 * * * *", "step of range should be a positive number: */0"),
+        ("1/2/3 * * * *", "too many slashes: 1/2/3"),
+        ("x * * * *", 'failed to parse int from x: strconv.Atoi: parsing "x": invalid syntax'),
+        ("@fortnightly", "unrecognized descriptor: @fortnightly"),
+        ("TZ=UTC * * * * *", "cannot use TZ or CRON_TZ in schedule, use timeZone field instead"),
+        (
+            "CRON_TZ=Europe/Paris 0 * * * *",
+            "cannot use TZ or CRON_TZ in schedule, use timeZone field instead",
+        ),
+        ("* * * * 7", "end of range (7) above maximum (6): 7"),
+    ],
+)
 def test_errors(schedule: str, message: str) -> None:
     with pytest.raises(ScheduleError) as err:
         parse(schedule)
@@ -88,7 +102,10 @@ def test_errors(schedule: str, message: str) -> None:
 
 def test_next_times() -> None:
     assert times("*/20 * * * *", utc(2024, 1, 1, 10, 5), 3) == [
-        utc(2024, 1, 1, 10, 20), utc(2024, 1, 1, 10, 40), utc(2024, 1, 1, 11, 0)]
+        utc(2024, 1, 1, 10, 20),
+        utc(2024, 1, 1, 10, 40),
+        utc(2024, 1, 1, 11, 0),
+    ]
     assert times("0 0 29 2 *", utc(2023, 1, 1), 1) == [utc(2024, 2, 29)]
     # On a boundary, the next time is strictly after.
     assert times("0 * * * *", utc(2024, 1, 1, 10, 0), 1) == [utc(2024, 1, 1, 11, 0)]
@@ -108,7 +125,9 @@ def test_day_of_month_or_day_of_week() -> None:
 def test_time_zone_and_dst() -> None:
     # 09:00 in New York is 14:00 UTC in winter and 13:00 UTC in summer.
     assert times("0 9 * * *", utc(2024, 3, 9, 15), 2, NY) == [
-        datetime(2024, 3, 10, 9, tzinfo=NY), datetime(2024, 3, 11, 9, tzinfo=NY)]
+        datetime(2024, 3, 10, 9, tzinfo=NY),
+        datetime(2024, 3, 11, 9, tzinfo=NY),
+    ]
     got = times("0 9 * * *", utc(2024, 3, 9, 15), 2, NY)
     assert [t.astimezone(UTC).hour for t in got] == [13, 13]
     # 02:30 does not exist on 2024-03-10 in New York: that day is skipped.
@@ -121,8 +140,11 @@ def test_time_zone_and_dst() -> None:
     assert got[2].astimezone(UTC) == utc(2024, 11, 4, 6, 30)
     # Hourly schedules keep firing every real hour across the jump forward.
     got = times("0 * * * *", datetime(2024, 3, 10, 0, 30, tzinfo=NY), 3, NY)
-    assert [t.astimezone(UTC) - got[0].astimezone(UTC) for t in got] == [timedelta(0), timedelta(hours=1),
-                                                                         timedelta(hours=2)]
+    assert [t.astimezone(UTC) - got[0].astimezone(UTC) for t in got] == [
+        timedelta(0),
+        timedelta(hours=1),
+        timedelta(hours=2),
+    ]
 
 
 def test_missed_schedules() -> None:
@@ -136,11 +158,22 @@ def test_missed_schedules() -> None:
 
 
 def cronjob(**spec: object) -> dict:
-    return {"apiVersion": "batch/v1", "kind": "CronJob",
-            "metadata": {"name": "cj", "namespace": "ns", "uid": "u1", "creationTimestamp": "2024-01-01T10:00:00Z"},
-            "spec": {"schedule": "*/5 * * * *", "jobTemplate": {"metadata": {"labels": {"a": "b"}},
-                                                                 "spec": {"template": {}}}, **spec},
-            "status": {}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {
+            "name": "cj",
+            "namespace": "ns",
+            "uid": "u1",
+            "creationTimestamp": "2024-01-01T10:00:00Z",
+        },
+        "spec": {
+            "schedule": "*/5 * * * *",
+            "jobTemplate": {"metadata": {"labels": {"a": "b"}}, "spec": {"template": {}}},
+            **spec,
+        },
+        "status": {},
+    }
 
 
 def test_next_schedule_time_with_starting_deadline() -> None:
@@ -164,14 +197,18 @@ def test_job_name_and_template() -> None:
     job = job_from_template(cronjob(), moment, NY)
     assert job["metadata"]["name"] == job_name("cj", moment)
     assert job["metadata"]["labels"] == {"a": "b"}
-    assert job["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"] == \
-        "2024-01-01T05:15:00-05:00"
+    assert (
+        job["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"]
+        == "2024-01-01T05:15:00-05:00"
+    )
     assert job["metadata"]["ownerReferences"][0]["controller"] is True
 
 
 def finished_job(name: str, kind: str, start: str) -> dict:
-    return {"metadata": {"name": name, "creationTimestamp": start},
-            "status": {"startTime": start, "conditions": [{"type": kind, "status": "True"}]}}
+    return {
+        "metadata": {"name": name, "creationTimestamp": start},
+        "status": {"startTime": start, "conditions": [{"type": kind, "status": "True"}]},
+    }
 
 
 def test_history_to_delete() -> None:

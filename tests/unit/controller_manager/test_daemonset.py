@@ -22,9 +22,12 @@ def node(name: str, labels: dict[str, str] | None = None, taints: list[dict[str,
 def test_automatic_tolerations() -> None:
     keys = {(t["key"], t["effect"]) for t in daemon_tolerations({})}
     assert keys == {
-        ("node.kubernetes.io/not-ready", "NoExecute"), ("node.kubernetes.io/unreachable", "NoExecute"),
-        ("node.kubernetes.io/disk-pressure", "NoSchedule"), ("node.kubernetes.io/memory-pressure", "NoSchedule"),
-        ("node.kubernetes.io/pid-pressure", "NoSchedule"), ("node.kubernetes.io/unschedulable", "NoSchedule"),
+        ("node.kubernetes.io/not-ready", "NoExecute"),
+        ("node.kubernetes.io/unreachable", "NoExecute"),
+        ("node.kubernetes.io/disk-pressure", "NoSchedule"),
+        ("node.kubernetes.io/memory-pressure", "NoSchedule"),
+        ("node.kubernetes.io/pid-pressure", "NoSchedule"),
+        ("node.kubernetes.io/unschedulable", "NoSchedule"),
     }
     host = {(t["key"], t["effect"]) for t in daemon_tolerations({"hostNetwork": True})}
     assert ("node.kubernetes.io/network-unavailable", "NoSchedule") in host
@@ -37,9 +40,18 @@ def test_selectors_and_affinity() -> None:
     spec = {"nodeSelector": {"disk": "ssd"}}
     assert should_run(node("a", {"disk": "ssd"}), spec) == (True, True)
     assert should_run(node("a", {"disk": "hdd"}), spec) == (False, False)
-    affinity = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]},
-                              {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b"]}]}]}}}}
+    affinity = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]},
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b"]}]},
+                    ]
+                }
+            }
+        }
+    }
     assert should_run(node("a", {"zone": "z1"}), affinity)[0]
     assert should_run(node("b"), affinity)[0]
     assert not should_run(node("c", {"zone": "z2"}), affinity)[0]
@@ -55,20 +67,30 @@ def test_taints() -> None:
     assert should_run(node("a", taints=no_execute), tolerate) == (True, True)
     wrong_value = {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "cpu"}]}
     assert should_run(node("a", taints=no_schedule), wrong_value) == (False, True)
-    cordoned = [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
-                {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]
+    cordoned = [
+        {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+    ]
     assert should_run(node("a", taints=cordoned), {}) == (True, True)
     assert should_run(node("a", taints=[{"key": "x", "effect": "PreferNoSchedule"}]), {}) == (True, True)
 
 
 def test_pinning() -> None:
-    spec: dict[str, Any] = {"affinity": {"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": []}]},
-        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]}}}
+    spec: dict[str, Any] = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": []}]
+                },
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}],
+            }
+        }
+    }
     pin_to_node(spec, "n1")
     affinity = spec["affinity"]["nodeAffinity"]
-    assert affinity["requiredDuringSchedulingIgnoredDuringExecution"] == {"nodeSelectorTerms": [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}
+    assert affinity["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
+    }
     assert affinity["preferredDuringSchedulingIgnoredDuringExecution"] == [{"weight": 1}]
     assert target_node({"spec": spec}) == "n1"
     assert target_node({"spec": {**spec, "nodeName": "n2"}}) == "n2"
@@ -76,8 +98,10 @@ def test_pinning() -> None:
 
 
 def dpod(name: str, revision: str, ready: bool = True) -> dict[str, Any]:
-    return {"metadata": {"name": name, "uid": name, "labels": {"controller-revision-hash": revision}},
-            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    return {
+        "metadata": {"name": name, "uid": name, "labels": {"controller-revision-hash": revision}},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
 
 
 def test_max_unavailable_plan() -> None:

@@ -41,18 +41,27 @@ def test_index_sets_round_trip() -> None:
     assert format_indexes([]) == ""
 
 
-def failed_pod(code: int, container: str = "main", conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
-            "status": {"phase": "Failed", "conditions": conditions or [],
-                       "containerStatuses": [{"name": container, "state": {"terminated": {"exitCode": code}}}]}}
+def failed_pod(
+    code: int, container: str = "main", conditions: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "status": {
+            "phase": "Failed",
+            "conditions": conditions or [],
+            "containerStatuses": [{"name": container, "state": {"terminated": {"exitCode": code}}}],
+        },
+    }
 
 
-POLICY = {"rules": [
-    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
-    {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}},
-    {"action": "Count", "onExitCodes": {"operator": "In", "values": [1]}},
-    {"action": "FailIndex", "onExitCodes": {"operator": "NotIn", "values": [0, 1, 42]}},
-]}
+POLICY = {
+    "rules": [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+        {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}},
+        {"action": "Count", "onExitCodes": {"operator": "In", "values": [1]}},
+        {"action": "FailIndex", "onExitCodes": {"operator": "NotIn", "values": [0, 1, 42]}},
+    ]
+}
 
 
 def test_pod_failure_policy_first_matching_rule_wins() -> None:
@@ -91,8 +100,10 @@ def test_wanted_active_and_backoff_limit() -> None:
 
 def test_backoff_record_resets_on_success() -> None:
     def pod(uid: str, at: str) -> dict[str, Any]:
-        return {"metadata": {"uid": uid}, "status": {"containerStatuses": [
-            {"state": {"terminated": {"finishedAt": at}}}]}}
+        return {
+            "metadata": {"uid": uid},
+            "status": {"containerStatuses": [{"state": {"terminated": {"finishedAt": at}}}]},
+        }
 
     record = BackoffRecord()
     record.observe([(pod("a", "2024-01-01T00:00:00Z"), True), (pod("b", "2024-01-01T00:00:05Z"), True)])
@@ -106,11 +117,21 @@ def test_backoff_record_resets_on_success() -> None:
 
 
 def job(**spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": "work", "namespace": "ns", "uid": "ju", "resourceVersion": "1"},
-            "spec": {"template": {"metadata": {"labels": {"x": "y"}},
-                                  "spec": {"containers": [{"name": "c", "image": "busybox"}],
-                                           "initContainers": [{"name": "i", "image": "busybox"}]}}, **spec}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "work", "namespace": "ns", "uid": "ju", "resourceVersion": "1"},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"x": "y"}},
+                "spec": {
+                    "containers": [{"name": "c", "image": "busybox"}],
+                    "initContainers": [{"name": "i", "image": "busybox"}],
+                },
+            },
+            **spec,
+        },
+    }
 
 
 def test_job_pod_indexed_identity() -> None:
@@ -123,8 +144,12 @@ def test_job_pod_indexed_identity() -> None:
     assert pod["spec"]["hostname"] == "work-2"
     for key in ("containers", "initContainers"):
         env = pod["spec"][key][0]["env"]
-        assert env == [{"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
-            "fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}}]
+        assert env == [
+            {
+                "name": "JOB_COMPLETION_INDEX",
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}},
+            }
+        ]
     plain = job_pod(job(), None)
     assert plain["metadata"]["generateName"] == "work-"
     assert "hostname" not in plain["spec"] and "env" not in plain["spec"]["containers"][0]
@@ -156,19 +181,32 @@ class _Ctl:
 
 
 def running(index: int, name: str, created: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "uid": name, "creationTimestamp": created,
-                         "annotations": {COMPLETION_INDEX: str(index)}}, "status": {"phase": "Running"}}
+    return {
+        "metadata": {
+            "name": name,
+            "uid": name,
+            "creationTimestamp": created,
+            "annotations": {COMPLETION_INDEX: str(index)},
+        },
+        "status": {"phase": "Running"},
+    }
 
 
-@pytest.mark.parametrize(("parallelism", "expect_extra", "expect_todo"), [
-    (3, ["dup"], [0, 4]),
-    (1, ["dup", "r3"], []),
-])
+@pytest.mark.parametrize(
+    ("parallelism", "expect_extra", "expect_todo"),
+    [
+        (3, ["dup"], [0, 4]),
+        (1, ["dup", "r3"], []),
+    ],
+)
 def test_indexed_plan(parallelism: int, expect_extra: list[str], expect_todo: list[int]) -> None:
     j = job(completionMode="Indexed", completions=5, parallelism=parallelism)
     j["status"] = {"completedIndexes": "1"}
-    active = [running(2, "r2", "2024-01-01T00:00:01Z"), running(2, "dup", "2024-01-01T00:00:02Z"),
-              running(3, "r3", "2024-01-01T00:00:01Z")]
+    active = [
+        running(2, "r2", "2024-01-01T00:00:01Z"),
+        running(2, "dup", "2024-01-01T00:00:02Z"),
+        running(3, "r3", "2024-01-01T00:00:01Z"),
+    ]
     sync = JobSync(_Ctl(), "ns/work", j, active)  # type: ignore[arg-type]
     extra, todo = sync._index_plan(active)
     assert [p["metadata"]["name"] for p in extra] == expect_extra
@@ -208,9 +246,14 @@ def test_ttl_after_finished_time_left() -> None:
     from datetime import UTC, datetime
 
     now = datetime(2024, 1, 1, 0, 1, tzinfo=UTC)
-    done = {"spec": {"ttlSecondsAfterFinished": 100},
-            "status": {"conditions": [{"type": "Complete", "status": "True",
-                                       "lastTransitionTime": "2024-01-01T00:00:00Z"}]}}
+    done = {
+        "spec": {"ttlSecondsAfterFinished": 100},
+        "status": {
+            "conditions": [
+                {"type": "Complete", "status": "True", "lastTransitionTime": "2024-01-01T00:00:00Z"}
+            ]
+        },
+    }
     assert time_left(done, now) == 40
     assert time_left({**done, "spec": {"ttlSecondsAfterFinished": 0}}, now) == -60
     assert time_left({**done, "spec": {}}, now) is None

@@ -22,28 +22,51 @@ from controller_manager.controllers.statefulset_revisions import (
     template_of,
 )
 
-TEMPLATE = {"metadata": {"labels": {"app": "web"}},
-            "spec": {"containers": [{"name": "c", "image": "nginx"}],
-                     "volumes": [{"name": "data", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "x"}}]}}
+TEMPLATE = {
+    "metadata": {"labels": {"app": "web"}},
+    "spec": {
+        "containers": [{"name": "c", "image": "nginx"}],
+        "volumes": [{"name": "data", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "x"}}],
+    },
+}
 
 
 def sts(**spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "StatefulSet",
-            "metadata": {"name": "web", "namespace": "ns", "uid": "su", "generation": 3},
-            "spec": {"replicas": 3, "serviceName": "web-svc", "selector": {"matchLabels": {"app": "web"}},
-                     "template": TEMPLATE,
-                     "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": {"tier": "db"}},
-                                               "spec": {"accessModes": ["ReadWriteOnce"]}}],
-                     **spec}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "web", "namespace": "ns", "uid": "su", "generation": 3},
+        "spec": {
+            "replicas": 3,
+            "serviceName": "web-svc",
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": TEMPLATE,
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {"name": "data", "labels": {"tier": "db"}},
+                    "spec": {"accessModes": ["ReadWriteOnce"]},
+                }
+            ],
+            **spec,
+        },
+    }
 
 
 def pod(ordinal: int, revision: str = "r1", ready: bool = True, deleting: bool = False) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": f"web-{ordinal}", "uid": f"p{ordinal}",
-                            "labels": {"controller-revision-hash": revision}}
+    meta: dict[str, Any] = {
+        "name": f"web-{ordinal}",
+        "uid": f"p{ordinal}",
+        "labels": {"controller-revision-hash": revision},
+    }
     if deleting:
         meta["deletionTimestamp"] = "2024-01-01T00:00:00Z"
-    return {"metadata": meta, "status": {"phase": "Running", "conditions": [
-        {"type": "Ready", "status": "True" if ready else "False"}]}}
+    return {
+        "metadata": meta,
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
 
 
 def test_ordinals() -> None:
@@ -58,8 +81,12 @@ def test_new_pod_identity_and_claims() -> None:
     p = new_pod(sts(), TEMPLATE, 2, "web-abc")
     meta = p["metadata"]
     assert meta["name"] == "web-2"
-    assert meta["labels"] == {"app": "web", "statefulset.kubernetes.io/pod-name": "web-2",
-                              "apps.kubernetes.io/pod-index": "2", "controller-revision-hash": "web-abc"}
+    assert meta["labels"] == {
+        "app": "web",
+        "statefulset.kubernetes.io/pod-name": "web-2",
+        "apps.kubernetes.io/pod-index": "2",
+        "controller-revision-hash": "web-abc",
+    }
     assert meta["ownerReferences"][0]["kind"] == "StatefulSet" and meta["ownerReferences"][0]["controller"]
     assert p["spec"]["hostname"] == "web-2" and p["spec"]["subdomain"] == "web-svc"
     volumes = {v["name"]: v for v in p["spec"]["volumes"]}
@@ -120,7 +147,9 @@ def test_status_and_completed_rollout() -> None:
 
 
 def test_revision_hash_and_data() -> None:
-    assert template_hash(TEMPLATE) == template_hash({"spec": TEMPLATE["spec"], "metadata": TEMPLATE["metadata"]})
+    assert template_hash(TEMPLATE) == template_hash(
+        {"spec": TEMPLATE["spec"], "metadata": TEMPLATE["metadata"]}
+    )
     assert template_hash(TEMPLATE) != template_hash(TEMPLATE, 1)
     assert set(template_hash(TEMPLATE)) <= set("bcdfghjklmnpqrstvwxz2456789")
     assert safe_encode("0123") == "4567"  # byte value modulo the alphabet, as upstream
