@@ -309,7 +309,7 @@ class ResourceHandler:
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request was not a JSON object")
         if not res.custom:
-            wrong_type = typecheck.type_error(str(body.get("apiVersion") or res.api_version), res.kind, body)
+            wrong_type = typecheck.type_error(res.api_version, res.kind, body)
             if wrong_type is not None:
                 raise wrong_type
         if res.custom and res.schema is not None:
