@@ -1,0 +1,1 @@
+"""kube-proxy and cluster DNS for pyk8s."""

@@ -1,0 +1,444 @@
+"""iptables mode: upstream's chain layout written through one `iptables-restore --noflush`.
+
+Top-level chains (KUBE-SERVICES, KUBE-NODEPORTS, the filter chains) are rewritten on every sync;
+per-Service chains (KUBE-SVC/SVL/EXT/SEP) only for the Services that changed (partial sync), or for
+all of them on a full sync. Chains that no longer belong to anything are flushed and deleted in the
+same transaction.
+"""
+
+from __future__ import annotations
+
+import re
+
+from proxy_agent.backends import Backend, CommandError, Ruleset, b32_hash, run_tool
+from proxy_agent.tracker import Endpoint, ProxyState, ServicePort, usable
+
+MASQ_MARK = "0x4000"
+NAT_TOP = ("KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-POSTROUTING", "KUBE-MARK-MASQ")
+FILTER_TOP = (
+    "KUBE-SERVICES",
+    "KUBE-EXTERNAL-SERVICES",
+    "KUBE-FORWARD",
+    "KUBE-NODEPORTS",
+    "KUBE-PROXY-FIREWALL",
+)
+SERVICE_PREFIXES = ("KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-SEP-", "KUBE-FW-")
+OWNED_TOP = {*NAT_TOP, *FILTER_TOP, "KUBE-NODE-PORT", "KUBE-LOAD-BALANCER", "KUBE-PROXY-CANARY"}
+
+# (table, chain, rule) jumps from the built-in chains, ensured outside the atomic restore as upstream does.
+JUMPS: tuple[tuple[str, str, list[str]], ...] = (
+    (
+        "filter",
+        "INPUT",
+        [
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes load balancer firewall",
+            "-j",
+            "KUBE-PROXY-FIREWALL",
+        ],
+    ),
+    (
+        "filter",
+        "INPUT",
+        ["-m", "comment", "--comment", "kubernetes health check service ports", "-j", "KUBE-NODEPORTS"],
+    ),
+    (
+        "filter",
+        "INPUT",
+        [
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes externally-visible service portals",
+            "-j",
+            "KUBE-EXTERNAL-SERVICES",
+        ],
+    ),
+    (
+        "filter",
+        "FORWARD",
+        ["-m", "comment", "--comment", "kubernetes forwarding rules", "-j", "KUBE-FORWARD"],
+    ),
+    (
+        "filter",
+        "FORWARD",
+        [
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes service portals",
+            "-j",
+            "KUBE-SERVICES",
+        ],
+    ),
+    (
+        "filter",
+        "FORWARD",
+        [
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes externally-visible service portals",
+            "-j",
+            "KUBE-EXTERNAL-SERVICES",
+        ],
+    ),
+    (
+        "filter",
+        "OUTPUT",
+        [
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes service portals",
+            "-j",
+            "KUBE-SERVICES",
+        ],
+    ),
+    ("nat", "OUTPUT", ["-m", "comment", "--comment", "kubernetes service portals", "-j", "KUBE-SERVICES"]),
+    (
+        "nat",
+        "PREROUTING",
+        ["-m", "comment", "--comment", "kubernetes service portals", "-j", "KUBE-SERVICES"],
+    ),
+    (
+        "nat",
+        "POSTROUTING",
+        ["-m", "comment", "--comment", "kubernetes postrouting rules", "-j", "KUBE-POSTROUTING"],
+    ),
+)
+
+
+def svc_chain(sp: ServicePort) -> str:
+    return "KUBE-SVC-" + b32_hash(str(sp.name) + sp.proto)
+
+
+def svl_chain(sp: ServicePort) -> str:
+    return "KUBE-SVL-" + b32_hash(str(sp.name) + sp.proto)
+
+
+def ext_chain(sp: ServicePort) -> str:
+    return "KUBE-EXT-" + b32_hash(str(sp.name) + sp.proto)
+
+
+def sep_chain(sp: ServicePort, ep: Endpoint) -> str:
+    return "KUBE-SEP-" + b32_hash(str(sp.name) + sp.proto + str(ep))
+
+
+def _q(comment: str) -> str:
+    return f'"{comment}"'
+
+
+class ServiceRules:
+    """The rules of one Service port, split into the pieces each table and chain needs."""
+
+    __slots__ = ("chains", "ext_filter", "filter_services", "nat_chains", "nodeports", "services")
+
+    def __init__(self) -> None:
+        self.services: list[str] = []
+        self.nodeports: list[str] = []
+        self.filter_services: list[str] = []
+        self.ext_filter: list[str] = []
+        self.nat_chains: list[str] = []
+        self.chains: list[str] = []
+
+
+def service_rules(state: ProxyState, sp: ServicePort, masq_rule: str | None) -> ServiceRules:
+    """Every rule for one Service port, as upstream's syncProxyRules writes them."""
+    out = ServiceRules()
+    name = str(sp.name)
+    match = f"-m {sp.proto} -p {sp.proto}"
+    all_eps = usable(state.endpoints.get(sp.name, []))
+    local_eps = state.local_endpoints(sp)
+    internal_eps = local_eps if sp.internal_local else all_eps
+    svc, svl, ext = svc_chain(sp), svl_chain(sp), ext_chain(sp)
+    write_svc = bool(all_eps) and (not sp.internal_local or sp.external)
+    write_svl = bool(local_eps) and (sp.internal_local or sp.external_local)
+    internal_target = svl if sp.internal_local else svc
+    external_eps = local_eps if sp.external_local else all_eps
+
+    if internal_eps:
+        out.services.append(
+            f"-A KUBE-SERVICES -m comment --comment {_q(name + ' cluster IP')} {match} "
+            f"-d {sp.cluster_ip}/32 --dport {sp.port} -j {internal_target}"
+        )
+    else:
+        why = "has no local endpoints" if sp.internal_local and all_eps else "has no endpoints"
+        verdict = "DROP" if sp.internal_local and all_eps else "REJECT"
+        out.filter_services.append(
+            f"-A KUBE-SERVICES -m comment --comment {_q(name + ' ' + why)} {match} "
+            f"-d {sp.cluster_ip}/32 --dport {sp.port} -j {verdict}"
+        )
+    if sp.external:
+        if external_eps:
+            for eip in sp.external_ips:
+                out.services.append(
+                    f"-A KUBE-SERVICES -m comment --comment {_q(name + ' external IP')} {match} "
+                    f"-d {eip}/32 --dport {sp.port} -j {ext}"
+                )
+            if sp.node_port:
+                out.nodeports.append(
+                    f"-A KUBE-NODEPORTS -m comment --comment {name} {match} --dport {sp.node_port} -j {ext}"
+                )
+            out.nat_chains.append(ext)
+            if sp.external_local:
+                if state.cluster_cidr:
+                    out.chains.append(
+                        f"-A {ext} -m comment --comment "
+                        f"{_q('pod traffic for ' + name + ' external destinations')} "
+                        f"-s {state.cluster_cidr} -j {svc}"
+                    )
+                out.chains.append(
+                    f"-A {ext} -m comment --comment "
+                    f"{_q('masquerade LOCAL traffic for ' + name + ' external destinations')} "
+                    f"-m addrtype --src-type LOCAL -j KUBE-MARK-MASQ"
+                )
+                out.chains.append(
+                    f"-A {ext} -m comment --comment "
+                    f"{_q('route LOCAL traffic for ' + name + ' external destinations')} "
+                    f"-m addrtype --src-type LOCAL -j {svc}"
+                )
+                out.chains.append(f"-A {ext} -j {svl}")
+            else:
+                out.chains.append(
+                    f"-A {ext} -m comment --comment "
+                    f"{_q('masquerade traffic for ' + name + ' external destinations')} "
+                    f"-j KUBE-MARK-MASQ"
+                )
+                out.chains.append(f"-A {ext} -j {svc}")
+        else:
+            why = "has no local endpoints" if sp.external_local and all_eps else "has no endpoints"
+            verdict = "DROP" if sp.external_local and all_eps else "REJECT"
+            for eip in sp.external_ips:
+                out.ext_filter.append(
+                    f"-A KUBE-EXTERNAL-SERVICES -m comment --comment {_q(name + ' ' + why)} "
+                    f"{match} -d {eip}/32 --dport {sp.port} -j {verdict}"
+                )
+            if sp.node_port:
+                out.ext_filter.append(
+                    f"-A KUBE-EXTERNAL-SERVICES -m comment --comment {_q(name + ' ' + why)} "
+                    f"-m addrtype --dst-type LOCAL {match} --dport {sp.node_port} -j {verdict}"
+                )
+
+    seps: dict[str, Endpoint] = {}
+    for chain, eps, wanted in ((svc, all_eps, write_svc), (svl, local_eps, write_svl)):
+        if not wanted:
+            continue
+        out.nat_chains.append(chain)
+        if masq_rule is not None and chain == internal_target:
+            out.chains.append(
+                f"-A {chain} -m comment --comment {_q(name + ' cluster IP')} {match} "
+                f"-d {sp.cluster_ip}/32 --dport {sp.port}{masq_rule} -j KUBE-MARK-MASQ"
+            )
+        names = [sep_chain(sp, ep) for ep in eps]
+        if sp.affinity_timeout:
+            for ep, sep in zip(eps, names, strict=True):
+                out.chains.append(
+                    f"-A {chain} -m comment --comment {_q(name + ' -> ' + str(ep))} "
+                    f"-m recent --name {sep} --rcheck --seconds {sp.affinity_timeout} --reap -j {sep}"
+                )
+        n = len(eps)
+        for i, (ep, sep) in enumerate(zip(eps, names, strict=True)):
+            stat = f" -m statistic --mode random --probability {1.0 / (n - i):.10f}" if n - i > 1 else ""
+            out.chains.append(f"-A {chain} -m comment --comment {_q(name + ' -> ' + str(ep))}{stat} -j {sep}")
+            seps[sep] = ep
+    recent = " -m recent --name {} --set" if sp.affinity_timeout else ""
+    for sep, ep in seps.items():
+        out.nat_chains.append(sep)
+        out.chains.append(f"-A {sep} -m comment --comment {name} -s {ep.ip}/32 -j KUBE-MARK-MASQ")
+        out.chains.append(
+            f"-A {sep} -m comment --comment {name}{recent.format(sep)} {match} -j DNAT --to-destination {ep}"
+        )
+    return out
+
+
+class IptablesBackend(Backend):
+    """Renders and applies the iptables ruleset; remembers which chains each Service owns."""
+
+    mode = "iptables"
+
+    def __init__(self, binary: str = "iptables") -> None:
+        self.binary = binary
+        self.restore = binary + "-restore"
+        self.save = binary + "-save"
+        self._owned: dict[str, list[str]] = {}
+        self._kernel_unknown = True
+
+    def render(self, state: ProxyState, changed: set[str] | None) -> Ruleset:
+        full = changed is None
+        masq_rule: str | None = None
+        if state.masquerade_all:
+            masq_rule = ""
+        elif state.cluster_cidr:
+            masq_rule = f" ! -s {state.cluster_cidr}"
+        services: list[str] = []
+        nodeports: list[str] = []
+        filter_services: list[str] = []
+        ext_filter: list[str] = []
+        hc_rules: list[str] = []
+        chain_decls: list[str] = []
+        chain_rules: list[str] = []
+        owned: dict[str, list[str]] = {} if full else dict(self._owned)
+        touched: set[str] = set()
+        for sp in sorted(state.services.values(), key=lambda s: s.name):
+            rules = service_rules(state, sp, masq_rule)
+            services += rules.services
+            nodeports += rules.nodeports
+            filter_services += rules.filter_services
+            ext_filter += rules.ext_filter
+            if sp.health_check_node_port:
+                hc_comment = _q(sp.name.service + " health check node port")
+                hc_rules.append(
+                    f"-A KUBE-NODEPORTS -m comment --comment {hc_comment} "
+                    f"-m tcp -p tcp --dport {sp.health_check_node_port} -j ACCEPT"
+                )
+            svc = sp.name.service
+            if full or svc in changed:  # type: ignore[operator]
+                if svc not in touched:
+                    owned[svc] = []
+                    touched.add(svc)
+                owned[svc] += rules.nat_chains
+                chain_decls += rules.nat_chains
+                chain_rules += rules.chains
+        if not full:
+            for svc in changed:  # type: ignore[union-attr]
+                if svc not in touched:
+                    owned.pop(svc, None)
+        alive = {c for chains in owned.values() for c in chains}
+        previous = {c for chains in self._owned.values() for c in chains}
+        stale = sorted(previous - alive)
+        self._owned = owned
+
+        nat: list[str] = ["*nat"]
+        nat += [f":{c} - [0:0]" for c in NAT_TOP]
+        nat += [f":{c} - [0:0]" for c in chain_decls]
+        nat += [f":{c} - [0:0]" for c in stale]
+        nat.append(f"-A KUBE-POSTROUTING -m mark ! --mark {MASQ_MARK}/{MASQ_MARK} -j RETURN")
+        nat.append(f"-A KUBE-POSTROUTING -j MARK --xor-mark {MASQ_MARK}")
+        nat.append(
+            '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" '
+            "-j MASQUERADE --random-fully"
+        )
+        nat.append(f"-A KUBE-MARK-MASQ -j MARK --or-mark {MASQ_MARK}")
+        nat += services
+        np_comment = _q("kubernetes service nodeports; NOTE: this must be the last rule in this chain")
+        ips = state.nodeport_ips()
+        if ips is None:
+            nat.append(
+                f"-A KUBE-SERVICES -m comment --comment {np_comment} -m addrtype --dst-type LOCAL "
+                "-j KUBE-NODEPORTS"
+            )
+        else:
+            nat += [
+                f"-A KUBE-SERVICES -m comment --comment {np_comment} -d {ip}/32 -j KUBE-NODEPORTS"
+                for ip in ips
+            ]
+        nat += nodeports
+        nat += chain_rules
+        nat += [f"-X {c}" for c in stale]
+        nat.append("COMMIT")
+
+        flt: list[str] = ["*filter"]
+        flt += [f":{c} - [0:0]" for c in FILTER_TOP]
+        flt += filter_services
+        flt += ext_filter
+        flt += hc_rules
+        flt.append("-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP")
+        flt.append(
+            f'-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" '
+            f"-m mark --mark {MASQ_MARK}/{MASQ_MARK} -j ACCEPT"
+        )
+        flt.append(
+            '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" '
+            "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"
+        )
+        flt.append("COMMIT")
+        counts = {
+            "nat": sum(1 for line in nat if line.startswith("-A")),
+            "filter": sum(1 for line in flt if line.startswith("-A")),
+        }
+        return Ruleset("\n".join(flt + nat) + "\n", full, counts)
+
+    def rollback(self) -> None:
+        self._kernel_unknown = True
+
+    async def _existing_chains(self) -> set[str]:
+        _, out = await run_tool([self.save, "-t", "nat"], check=False)
+        return {m.group(1) for m in re.finditer(r"^:(KUBE-(?:SVC|SVL|EXT|SEP|FW)-\S+)", out, re.M)}
+
+    async def ensure_jumps(self) -> None:
+        for table, chain, rule in JUMPS:
+            rc, _ = await run_tool([self.binary, "-w", "-t", table, "-C", chain, *rule], check=False)
+            if rc != 0:
+                target = rule[-1]
+                await run_tool([self.binary, "-w", "-t", table, "-N", target], check=False)
+                await run_tool([self.binary, "-w", "-t", table, "-I", chain, *rule])
+
+    async def apply(self, ruleset: Ruleset) -> None:
+        text = ruleset.text
+        if ruleset.full:
+            await self.ensure_jumps()
+            if self._kernel_unknown:
+                declared = set(re.findall(r"^:(\S+)", text, re.M))
+                leftover = sorted((await self._existing_chains()) - declared)
+                if leftover:
+                    extra = [f":{c} - [0:0]" for c in leftover] + [f"-X {c}" for c in leftover]
+                    head, _, tail = text.rpartition("COMMIT")
+                    text = head + "\n".join(extra) + "\nCOMMIT" + tail
+        try:
+            await run_tool([self.restore, "-w", "--noflush"], stdin=text)
+        except CommandError:
+            self._kernel_unknown = True
+            raise
+        if ruleset.full:
+            self._kernel_unknown = False
+
+    async def cleanup(self) -> None:
+        """Remove the jumps and every chain kube-proxy owns (iptables and IPVS modes)."""
+        for table, chain, rule in JUMPS:
+            while (await run_tool([self.binary, "-w", "-t", table, "-D", chain, *rule], check=False))[0] == 0:
+                pass
+        for table in ("nat", "filter"):
+            _, out = await run_tool([self.save, "-t", table], check=False)
+            chains = [
+                c
+                for c in re.findall(r"^:(KUBE-\S+)", out, re.M)
+                if c in OWNED_TOP or c.startswith(SERVICE_PREFIXES)
+            ]
+            if chains:
+                text = (
+                    "\n".join(
+                        [
+                            f"*{table}",
+                            *[f":{c} - [0:0]" for c in chains],
+                            *[f"-X {c}" for c in chains],
+                            "COMMIT",
+                        ]
+                    )
+                    + "\n"
+                )
+                await run_tool([self.restore, "-w", "--noflush"], stdin=text)
+        self._owned = {}
+        self._kernel_unknown = True

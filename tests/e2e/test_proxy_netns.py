@@ -1,0 +1,223 @@
+"""kube-proxy end to end in network namespaces: a "node" netns with a bridge and two pod netns
+running busybox httpd, a client netns routed through the node, and the proxy writing the node's
+rules through --iptables-binary / --nft-binary wrappers while it talks to the real apiserver."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import REPO, free_port
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("busybox"), reason="needs root and busybox"
+)
+
+P = f"pkp{os.getpid() % 10000}"
+NODE, CLIENT, PODS = f"{P}-node", f"{P}-client", [f"{P}-pod1", f"{P}-pod2"]
+POD_IPS = ["10.244.0.2", "10.244.0.3"]
+NODE_IP, CLIENT_IP = "192.168.77.2", "192.168.77.1"
+
+
+def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, check=check, timeout=30)
+
+
+def nsx(ns: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return sh("ip", "netns", "exec", ns, *args, check=check)
+
+
+@pytest.fixture(scope="module")
+def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    tmp = tmp_path_factory.mktemp("netns")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for ns in [NODE, CLIENT, *PODS]:
+            sh("ip", "netns", "add", ns)
+            nsx(ns, "ip", "link", "set", "lo", "up")
+        nsx(NODE, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        nsx(NODE, "ip", "link", "add", "br0", "type", "bridge")
+        nsx(NODE, "ip", "addr", "add", "10.244.0.1/24", "dev", "br0")
+        nsx(NODE, "ip", "link", "set", "br0", "up")
+        nsx(NODE, "ip", "route", "add", "10.96.0.0/12", "dev", "br0")
+        for i, (ns, ip) in enumerate(zip(PODS, POD_IPS, strict=True)):
+            nsx(NODE, "ip", "link", "add", f"veth{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+            nsx(NODE, "ip", "link", "set", f"veth{i}", "master", "br0", "up")
+            nsx(NODE, "bridge", "link", "set", "dev", f"veth{i}", "hairpin", "on")
+            nsx(ns, "ip", "addr", "add", f"{ip}/24", "dev", "eth0")
+            nsx(ns, "ip", "link", "set", "eth0", "up")
+            nsx(ns, "ip", "route", "add", "default", "via", "10.244.0.1")
+            root = tmp / f"www{i}"
+            root.mkdir()
+            (root / "index.html").write_text(f"pod{i + 1}\n")
+            procs.append(
+                subprocess.Popen(
+                    ["ip", "netns", "exec", ns, "busybox", "httpd", "-f", "-p", "8080", "-h", str(root)]
+                )
+            )
+        nsx(NODE, "ip", "link", "add", "uplink", "type", "veth", "peer", "name", "eth0", "netns", CLIENT)
+        nsx(NODE, "ip", "addr", "add", f"{NODE_IP}/24", "dev", "uplink")
+        nsx(NODE, "ip", "link", "set", "uplink", "up")
+        nsx(CLIENT, "ip", "addr", "add", f"{CLIENT_IP}/24", "dev", "eth0")
+        nsx(CLIENT, "ip", "link", "set", "eth0", "up")
+        nsx(CLIENT, "ip", "route", "add", "10.96.0.0/12", "via", NODE_IP)
+        wrappers = tmp / "bin"
+        wrappers.mkdir()
+        for tool in ("iptables", "iptables-restore", "iptables-save", "nft"):
+            path = wrappers / tool
+            path.write_text(f'#!/bin/sh\nexec ip netns exec {NODE} {tool} "$@"\n')
+            path.chmod(0o755)
+        yield wrappers
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        for ns in [CLIENT, *PODS, NODE]:
+            sh("ip", "netns", "del", ns, check=False)
+
+
+def api(apiserver: str, method: str, path: str, body: dict | None = None) -> dict:
+    r = httpx.request(method, apiserver + path, json=body, timeout=10)
+    assert r.status_code < 300, r.text
+    return r.json()
+
+
+def set_endpoints(apiserver: str, ns: str, svc: str, ips: list[str]) -> None:
+    body = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": f"{svc}-x", "namespace": ns, "labels": {"kubernetes.io/service-name": svc}},
+        "addressType": "IPv4",
+        "ports": [{"name": "", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [ip], "conditions": {"ready": True}, "nodeName": "node1"} for ip in ips],
+    }
+    path = f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
+    r = httpx.get(f"{apiserver}{path}/{svc}-x", timeout=10)
+    if r.status_code == 200:
+        body["metadata"]["resourceVersion"] = r.json()["metadata"]["resourceVersion"]
+        api(apiserver, "PUT", f"{path}/{svc}-x", body)
+    else:
+        api(apiserver, "POST", path, body)
+
+
+def fetch(ns: str, url: str) -> str:
+    r = nsx(ns, "curl", "-s", "--max-time", "1", url, check=False)
+    return r.stdout.strip() if r.returncode == 0 else ""
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("mode", ["iptables", "nftables"])
+def test_proxy_in_netns(mode: str, network: Path, apiserver: str, workdir: Path) -> None:
+    ns = f"proxy-{mode}"
+    httpx.post(f"{apiserver}/api/v1/namespaces", json={"metadata": {"name": ns}}, timeout=10)
+    svc = api(
+        apiserver,
+        "POST",
+        f"/api/v1/namespaces/{ns}/services",
+        {
+            "metadata": {"name": "web"},
+            "spec": {
+                "type": "NodePort",
+                "selector": {"app": "web"},
+                "ports": [{"port": 80, "targetPort": 8080}],
+            },
+        },
+    )
+    aff = api(
+        apiserver,
+        "POST",
+        f"/api/v1/namespaces/{ns}/services",
+        {
+            "metadata": {"name": "sticky"},
+            "spec": {
+                "selector": {"app": "web"},
+                "sessionAffinity": "ClientIP",
+                "ports": [{"port": 80, "targetPort": 8080}],
+            },
+        },
+    )
+    cip, node_port = svc["spec"]["clusterIP"], svc["spec"]["ports"][0]["nodePort"]
+    set_endpoints(apiserver, ns, "web", POD_IPS)
+    set_endpoints(apiserver, ns, "sticky", POD_IPS)
+    metrics_port = free_port()
+    log = open(workdir / f"proxy-{mode}.log", "wb")  # noqa: SIM115 - handed to the child
+    proxy = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "proxy_agent",
+            "--master",
+            apiserver,
+            "--hostname-override",
+            "node1",
+            "--proxy-mode",
+            mode,
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--min-sync-period",
+            "0.1",
+            "--iptables-binary",
+            str(network / "iptables"),
+            "--nft-binary",
+            str(network / "nft"),
+            "--healthz-bind-address",
+            "127.0.0.1:0",
+            "--metrics-bind-address",
+            f"127.0.0.1:{metrics_port}",
+        ],
+        cwd=REPO,
+        stdout=log,
+        stderr=log,
+    )
+    try:
+        url = f"http://{cip}/"
+        assert wait_for(lambda: fetch(CLIENT, url) != ""), (workdir / f"proxy-{mode}.log").read_text()[-3000:]
+        seen = {fetch(CLIENT, url) for _ in range(30)}
+        assert seen == {"pod1", "pod2"}
+        assert {fetch(CLIENT, f"http://{NODE_IP}:{node_port}/") for _ in range(30)} == {"pod1", "pod2"}
+        assert fetch(NODE, url) in ("pod1", "pod2")  # from the node itself
+        assert fetch(PODS[0], url) in ("pod1", "pod2")  # from a pod, hairpin included
+        sticky = {fetch(CLIENT, f"http://{aff['spec']['clusterIP']}/") for _ in range(15)}
+        assert len(sticky) == 1 and sticky != {""}
+        set_endpoints(apiserver, ns, "web", [])
+        assert wait_for(lambda: fetch(CLIENT, url) == "", 3)
+        start = time.monotonic()
+        set_endpoints(apiserver, ns, "web", POD_IPS)
+        assert wait_for(lambda: fetch(CLIENT, url) != "", 3)
+        assert time.monotonic() - start < 2.0
+        body = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+        assert "kubeproxy_sync_proxy_rules_last_timestamp_seconds" in body
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
+        log.close()
+        sh(
+            sys.executable,
+            "-m",
+            "proxy_agent",
+            "--cleanup",
+            "--iptables-binary",
+            str(network / "iptables"),
+            "--nft-binary",
+            str(network / "nft"),
+        )
+    assert "KUBE-" not in nsx(NODE, "iptables-save").stdout
+    assert "kube-proxy" not in nsx(NODE, "nft", "list", "ruleset").stdout
+    api(apiserver, "DELETE", f"/api/v1/namespaces/{ns}/services/web")
+    api(apiserver, "DELETE", f"/api/v1/namespaces/{ns}/services/sticky")
