@@ -1,0 +1,69 @@
+"""`python -m kubelet_agent`: one kubelet on containerd, one hollow kubelet, or N hollow ones."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import structlog
+
+from kubelet_agent.config import Settings, parser, settings
+from kubelet_agent.cri.hollow import HollowRuntime
+from kubelet_agent.hollow import HollowNodes
+from kubelet_agent.kubelet import Kubelet, KubeletOptions
+from kubelet_agent.node import HostInfo, NodeConfig
+from services.client import Client
+from services.runtime import HealthServer, client_config, run, setup_logging
+
+log = structlog.get_logger("kubelet")
+
+
+def options(s: Settings) -> KubeletOptions:
+    return KubeletOptions(root_dir=s.root_dir, cluster_dns=s.cluster_dns, cluster_domain=s.cluster_domain,
+                          pod_manifest_path=s.pod_manifest_path, cni_conf_dir=s.cni_conf_dir,
+                          node_netns=s.node_netns, resolv_conf=s.resolv_conf, hollow=s.hollow)
+
+
+def node_config(s: Settings) -> NodeConfig:
+    host = HostInfo.hollow() if s.hollow else HostInfo.detect(s.root_dir)
+    return NodeConfig(name=s.hostname, node_ips=s.node_ips, host=host, runtime_version="", max_pods=s.max_pods,
+                      labels=s.labels, taints=s.taints, reserved=s.reserved, pod_cidr=s.pod_cidr,
+                      lease_duration=s.lease_duration, status_update=s.status_update, status_report=s.status_report)
+
+
+async def main(argv: list[str]) -> None:
+    args = parser().parse_args(argv)
+    setup_logging(args)
+    s = settings(args)
+    client = Client(client_config(args, "kubelet/v1.32.0-pyk8s"))
+    health = HealthServer(s.healthz_bind, s.healthz_port) if s.healthz_port else None
+    started = asyncio.Event()
+    if health is not None:
+        health.add_readyz_check("started", started.is_set)
+        await health.start()
+    runner: Kubelet | HollowNodes
+    if s.hollow_nodes:
+        runner = HollowNodes(client, s.hostname, s.hollow_nodes, options(s), labels=s.labels, taints=s.taints,
+                             max_pods=s.max_pods)
+    else:
+        if s.hollow:
+            runtime = HollowRuntime()
+        else:
+            from kubelet_agent.cri.remote import RemoteRuntime
+
+            runtime = RemoteRuntime(s.endpoint)
+        runner = Kubelet(client, runtime, node_config(s), options(s))
+    try:
+        await runner.start()
+        started.set()
+        log.info("kubelet started", node=s.hostname, hollow=s.hollow, nodes=s.hollow_nodes or 1)
+        await asyncio.Event().wait()
+    finally:
+        await runner.stop()
+        if health is not None:
+            await health.stop()
+        await client.close()
+
+
+if __name__ == "__main__":
+    sys.exit(run(main(sys.argv[1:])))

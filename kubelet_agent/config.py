@@ -1,0 +1,163 @@
+"""Flags and KubeletConfiguration (kubelet.config.k8s.io/v1beta1): the file gives defaults, flags
+given on the command line win, as upstream."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from kubelet_agent.node import parse_taint
+from services.api.quantity import format_quantity, parse_quantity
+from services.runtime import base_parser
+
+DEFAULT_ENDPOINT = "unix:///run/containerd/containerd.sock"
+
+
+def parse_duration(text: str | int | float) -> float:
+    """Go durations as the config file writes them: 10s, 5m0s, 1h, 500ms."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    total = 0.0
+    for value, unit in re.findall(r"([\d.]+)(ms|s|m|h)", text):
+        total += float(value) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+    return total
+
+
+def parse_map(text: str) -> dict[str, str]:
+    """`cpu=100m,memory=256Mi` -> dict."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, _, value = part.partition("=")
+        out[key] = value
+    return out
+
+
+@dataclass
+class Settings:
+    hostname: str = ""
+    node_ips: list[str] = field(default_factory=list)
+    endpoint: str = DEFAULT_ENDPOINT
+    taints: list[dict[str, str]] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    reserved: dict[str, str] = field(default_factory=dict)
+    max_pods: int = 110
+    pod_manifest_path: str = ""
+    cluster_dns: list[str] = field(default_factory=list)
+    cluster_domain: str = "cluster.local"
+    root_dir: str = "/var/lib/kubelet"
+    pod_cidr: str = ""
+    resolv_conf: str = "/etc/resolv.conf"
+    healthz_port: int = 10248
+    healthz_bind: str = "127.0.0.1"
+    lease_duration: int = 40
+    status_update: float = 10.0
+    status_report: float = 300.0
+    hollow: bool = False
+    hollow_nodes: int = 0
+    cni_conf_dir: str = "/etc/cni/net.d"
+    node_netns: str = ""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = base_parser("kubelet", "pyk8s node agent")
+    p.add_argument("--config", default=None, help="KubeletConfiguration file")
+    p.add_argument("--hostname-override", default=None)
+    p.add_argument("--node-ip", default=None, help="comma-separated node IPs")
+    p.add_argument("--container-runtime-endpoint", default=None)
+    p.add_argument("--register-with-taints", default=None, help="key=value:Effect,...")
+    p.add_argument("--node-labels", default=None, help="key=value,...")
+    p.add_argument("--system-reserved", default=None)
+    p.add_argument("--kube-reserved", default=None)
+    p.add_argument("--max-pods", type=int, default=None)
+    p.add_argument("--pod-manifest-path", default=None)
+    p.add_argument("--cluster-dns", default=None, help="comma-separated DNS server IPs")
+    p.add_argument("--cluster-domain", default=None)
+    p.add_argument("--root-dir", default=None)
+    p.add_argument("--pod-cidr", default=None)
+    p.add_argument("--resolv-conf", default=None)
+    p.add_argument("--healthz-port", type=int, default=None)
+    p.add_argument("--healthz-bind-address", default=None)
+    p.add_argument("--cni-conf-dir", default=None, help="where the node's CNI config is written")
+    p.add_argument("--node-netns", default=None,
+                   help="network namespace path of the node's containerd and pods (probes connect there)")
+    p.add_argument("--hollow", action="store_true", help="simulate containers in memory")
+    p.add_argument("--hollow-nodes", type=int, default=0, help="run N hollow kubelets named <name>-<i>")
+    return p
+
+
+def _from_file(path: str) -> dict[str, Any]:
+    with open(path) as f:
+        doc = yaml.safe_load(f) or {}
+    if doc.get("kind") not in (None, "KubeletConfiguration"):
+        raise ValueError(f"{path}: kind {doc.get('kind')!r} is not KubeletConfiguration")
+    return doc
+
+
+def settings(args: argparse.Namespace) -> Settings:
+    s = Settings()
+    if args.config:
+        doc = _from_file(args.config)
+        s.cluster_dns = list(doc.get("clusterDNS") or [])
+        s.cluster_domain = doc.get("clusterDomain", s.cluster_domain)
+        s.max_pods = int(doc.get("maxPods", s.max_pods))
+        s.pod_manifest_path = doc.get("staticPodPath", "")
+        s.reserved = {**(doc.get("kubeReserved") or {})}
+        for k, v in (doc.get("systemReserved") or {}).items():
+            s.reserved[k] = v if k not in s.reserved else f"{_add(s.reserved[k], v)}"
+        s.taints = [{k: v for k, v in t.items() if k in ("key", "value", "effect")}
+                    for t in doc.get("registerWithTaints") or []]
+        s.healthz_port = int(doc.get("healthzPort", s.healthz_port))
+        s.healthz_bind = doc.get("healthzBindAddress", s.healthz_bind)
+        s.endpoint = doc.get("containerRuntimeEndpoint", s.endpoint)
+        s.pod_cidr = doc.get("podCIDR", "")
+        s.resolv_conf = doc.get("resolvConf", s.resolv_conf)
+        s.lease_duration = int(doc.get("nodeLeaseDurationSeconds", s.lease_duration))
+        s.status_update = parse_duration(doc.get("nodeStatusUpdateFrequency", "10s"))
+        s.status_report = parse_duration(doc.get("nodeStatusReportFrequency", "5m"))
+    s.hostname = (args.hostname_override or socket.gethostname()).lower()
+    if args.node_ip:
+        s.node_ips = [ip.strip() for ip in args.node_ip.split(",") if ip.strip()]
+    if args.container_runtime_endpoint:
+        s.endpoint = args.container_runtime_endpoint
+    if args.register_with_taints:
+        s.taints = [parse_taint(t) for t in args.register_with_taints.split(",") if t]
+    if args.node_labels:
+        s.labels = parse_map(args.node_labels)
+    if args.system_reserved or args.kube_reserved:
+        s.reserved = parse_map(args.kube_reserved or "")
+        for k, v in parse_map(args.system_reserved or "").items():
+            s.reserved[k] = v if k not in s.reserved else _add(s.reserved[k], v)
+    for attr, flag in (("max_pods", "max_pods"), ("pod_manifest_path", "pod_manifest_path"),
+                       ("cluster_domain", "cluster_domain"), ("root_dir", "root_dir"), ("pod_cidr", "pod_cidr"),
+                       ("resolv_conf", "resolv_conf"), ("healthz_port", "healthz_port"),
+                       ("healthz_bind", "healthz_bind_address"), ("cni_conf_dir", "cni_conf_dir"),
+                       ("node_netns", "node_netns")):
+        value = getattr(args, flag)
+        if value is not None:
+            setattr(s, attr, value)
+    if args.cluster_dns:
+        s.cluster_dns = [ip.strip() for ip in args.cluster_dns.split(",") if ip.strip()]
+    s.hollow = bool(args.hollow or args.hollow_nodes)
+    s.hollow_nodes = args.hollow_nodes
+    if not s.node_ips:
+        s.node_ips = [_default_ip()]
+    return s
+
+
+def _add(a: str, b: str) -> str:
+    return format_quantity(parse_quantity(a) + parse_quantity(b), a)
+
+
+def _default_ip() -> str:
+    """The address of the interface the default route uses (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 1))
+            return s.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"

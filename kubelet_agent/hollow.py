@@ -1,0 +1,65 @@
+"""Many simulated kubelets in one process (like kubemark/kwok): each has its own Node, Lease and
+hollow runtime; they share one API client, one status sender and one pod watch dispatched by node."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from typing import Any
+
+from kubelet_agent.cri.hollow import HollowRuntime
+from kubelet_agent.kubelet import Kubelet, KubeletOptions
+from kubelet_agent.node import HostInfo, NodeConfig
+from kubelet_agent.pods.status import PODS, StatusManager
+from services.client import Client
+from services.informers import Informer
+
+
+def hollow_node_ip(index: int) -> str:
+    return str(ipaddress.ip_address("10.64.0.1") + index)
+
+
+class HollowNodes:
+    def __init__(self, client: Client, prefix: str, count: int, options: KubeletOptions, *,
+                 labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None,
+                 max_pods: int = 110, start_concurrency: int = 50) -> None:
+        self.client = client
+        self.status = StatusManager(client, concurrency=32)
+        self.kubelets: dict[str, Kubelet] = {}
+        self.start_concurrency = start_concurrency
+        host = HostInfo.hollow()
+        for i in range(count):
+            name = f"{prefix}-{i}"
+            config = NodeConfig(name=name, node_ips=[hollow_node_ip(i)], host=host, runtime_version="",
+                                max_pods=max_pods, labels={"pyk8s.io/hollow": "true", **(labels or {})},
+                                taints=list(taints or []))
+            runtime = HollowRuntime(pod_cidr=f"10.{128 + i // 256}.{i % 256}.0/24")
+            self.kubelets[name] = Kubelet(client, runtime, config, options, self.status, own_informer=False)
+        self.informer = Informer(client, PODS, field_selector="spec.nodeName!=")
+        self.informer.add_event_handler(self._add, lambda _o, n: self._add(n), self._delete)
+
+    def _add(self, pod: dict[str, Any]) -> None:
+        kubelet = self.kubelets.get((pod.get("spec") or {}).get("nodeName", ""))
+        if kubelet is not None:
+            kubelet.on_pod(pod)
+
+    def _delete(self, pod: dict[str, Any]) -> None:
+        kubelet = self.kubelets.get((pod.get("spec") or {}).get("nodeName", ""))
+        if kubelet is not None:
+            kubelet.on_pod_deleted(pod)
+
+    async def start(self) -> None:
+        self.status.start()
+        sem = asyncio.Semaphore(self.start_concurrency)
+
+        async def one(k: Kubelet) -> None:
+            async with sem:
+                await k.start()
+
+        await asyncio.gather(*(one(k) for k in self.kubelets.values()))
+        self.informer.start()
+
+    async def stop(self) -> None:
+        await self.informer.stop()
+        await asyncio.gather(*(k.stop() for k in self.kubelets.values()))
+        await self.status.stop()

@@ -1,0 +1,292 @@
+"""One node's kubelet: the Node and its Lease, a worker per bound pod, static pods and housekeeping."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from kubelet_agent import cni
+from kubelet_agent.cri.types import Runtime
+from kubelet_agent.node import NodeAgent, NodeConfig
+from kubelet_agent.pods.events import EventRecorder
+from kubelet_agent.pods.netns import Dialer
+from kubelet_agent.pods.resolver import Resolver
+from kubelet_agent.pods.status import PODS, StatusManager
+from kubelet_agent.pods.volumes import VolumeManager
+from kubelet_agent.pods.worker import NodeContext, PodWorker
+from kubelet_agent.static import is_mirror, mirror_of, read_manifests_async
+from services.client import AlreadyExists, ApiError, Client, Conflict, Forbidden, NotFound, gvr
+from services.informers import Informer
+
+log = structlog.get_logger(__name__)
+NAMESPACES = gvr("v1", "namespaces", namespaced=False)
+
+
+@dataclass
+class KubeletOptions:
+    root_dir: str = "/var/lib/kubelet"
+    cluster_dns: list[str] = field(default_factory=list)
+    cluster_domain: str = "cluster.local"
+    pod_manifest_path: str = ""
+    cni_conf_dir: str = ""
+    node_netns: str = ""
+    resolv_conf: str = "/etc/resolv.conf"
+    hollow: bool = False
+    housekeeping: float = 10.0
+    static_interval: float = 5.0
+    ca_file: str | None = None
+
+
+def read_resolv_conf(path: str) -> tuple[list[str], list[str], list[str]]:
+    servers: list[str] = []
+    searches: list[str] = []
+    options: list[str] = []
+    with contextlib.suppress(OSError), open(path) as f:
+        for line in f:
+            parts = line.split()
+            if not parts or parts[0].startswith(("#", ";")):
+                continue
+            if parts[0] == "nameserver" and len(parts) > 1:
+                servers.append(parts[1])
+            elif parts[0] in ("search", "domain"):
+                searches = parts[1:]
+            elif parts[0] == "options":
+                options.extend(parts[1:])
+    return servers, searches, options
+
+
+class Kubelet:
+    def __init__(self, client: Client, runtime: Runtime, node: NodeConfig, options: KubeletOptions,
+                 status: StatusManager | None = None, *, own_informer: bool = True) -> None:
+        self.client = client
+        self.runtime = runtime
+        self.node_config = node
+        self.options = options
+        self.status = status or StatusManager(client)
+        self._own_status = status is None
+        self.own_informer = own_informer
+        self.agent = NodeAgent(client, node)
+        self.workers: dict[str, PodWorker] = {}
+        self.static_pods: dict[str, dict[str, Any]] = {}
+        self.mirrors: dict[str, dict[str, Any]] = {}
+        self.informer: Informer | None = None
+        self.ctx: NodeContext | None = None
+        self.ready = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._pending: list[tuple[str, dict[str, Any]]] = []
+
+    @property
+    def name(self) -> str:
+        return self.node_config.name
+
+    async def start(self) -> None:
+        """Register the node and start everything; returns once pods are being watched."""
+        await self.runtime.start()
+        rt_name, rt_version = await self.runtime.version()
+        self.node_config.runtime_version = f"{rt_name}://{rt_version}"
+        node = await self.agent.register()
+        pod_cidr = (node.get("spec") or {}).get("podCIDR") or self.node_config.pod_cidr or \
+            cni.default_pod_cidr(self.name)
+        if self.options.cni_conf_dir and not self.runtime.simulated:
+            await asyncio.to_thread(cni.write_conf, self.options.cni_conf_dir, pod_cidr)
+        set_cidr = getattr(self.runtime, "set_pod_cidr", None)
+        if set_cidr is not None:
+            set_cidr(pod_cidr)
+        simulated = self.runtime.simulated
+        resolver = None if simulated else Resolver(self.client)
+        self.ctx = NodeContext(
+            node_name=self.name, client=self.client, runtime=self.runtime, status=self.status,
+            host_ips=list(self.node_config.node_ips), allocatable=self.agent.allocatable,
+            root_dir=self.options.root_dir, resolver=resolver,
+            volumes=None if resolver is None else VolumeManager(self.options.root_dir, resolver,
+                                                                 ca_file=self.options.ca_file,
+                                                                 allocatable=self.agent.allocatable),
+            events=None if simulated else EventRecorder(self.client, self.name),
+            dialer=Dialer(self.options.node_netns or None), cluster_dns=list(self.options.cluster_dns),
+            cluster_domain=self.options.cluster_domain, host_dns=read_resolv_conf(self.options.resolv_conf),
+            resync=None if simulated else 10.0,
+        )
+        self.runtime.set_listener(self._on_runtime_event)
+        if self._own_status:
+            self.status.start()
+        await self._ensure_lease_namespace()
+        self._tasks.append(asyncio.create_task(self.agent.run(), name=f"node-{self.name}"))
+        if self.own_informer:
+            self.informer = Informer(self.client, PODS, field_selector=f"spec.nodeName={self.name}")
+            self.informer.add_event_handler(self.on_pod, lambda _o, n: self.on_pod(n), self.on_pod_deleted)
+            self.informer.start()
+        for kind, pod in self._pending:
+            self.on_pod(pod) if kind == "pod" else self.on_pod_deleted(pod)
+        self._pending.clear()
+        if self.options.pod_manifest_path:
+            self._tasks.append(asyncio.create_task(self._static_loop()))
+        if not simulated:
+            self._tasks.append(asyncio.create_task(self._housekeeping()))
+        self.ready.set()
+
+    async def _ensure_lease_namespace(self) -> None:
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-node-lease"}}
+        with contextlib.suppress(AlreadyExists, Conflict, Forbidden):
+            await self.client.create(NAMESPACES, body)
+
+    async def stop(self) -> None:
+        """Stop the agent; containers keep running and are adopted by the next kubelet."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.informer is not None:
+            await self.informer.stop()
+        await asyncio.gather(*(w.stop() for w in self.workers.values()))
+        if self._own_status:
+            await self.status.stop()
+        await self.runtime.close()
+        if self.ctx is not None:
+            self.ctx.dialer.close()
+
+    # -- pods from the API -------------------------------------------------------------------------
+
+    def on_pod(self, pod: dict[str, Any]) -> None:
+        if self.ctx is None:
+            self._pending.append(("pod", pod))
+            return
+        if is_mirror(pod):
+            self._on_mirror(pod)
+            return
+        uid = pod["metadata"]["uid"]
+        worker = self.workers.get(uid)
+        if worker is None:
+            self._spawn(pod)
+        else:
+            worker.update(pod)
+
+    def on_pod_deleted(self, pod: dict[str, Any]) -> None:
+        if self.ctx is None:
+            self._pending.append(("delete", pod))
+            return
+        if is_mirror(pod):
+            self.mirrors.pop(pod["metadata"]["annotations"].get("kubernetes.io/config.mirror", ""), None)
+            return
+        worker = self.workers.get(pod["metadata"]["uid"])
+        if worker is not None:
+            worker.remove()
+
+    def _spawn(self, pod: dict[str, Any], status_target: tuple[str, str] | None = None,
+               api_status: dict[str, Any] | None = None) -> PodWorker:
+        assert self.ctx is not None
+        worker = PodWorker(self.ctx, pod, status_target=status_target)
+        if api_status is not None:
+            worker.api_status = api_status
+        uid = worker.uid
+        self.workers[uid] = worker
+        worker.start()
+        asyncio.get_running_loop().create_task(self._reap(uid, worker))
+        return worker
+
+    async def _reap(self, uid: str, worker: PodWorker) -> None:
+        await worker.done.wait()
+        if self.workers.get(uid) is worker:
+            del self.workers[uid]
+
+    def _on_runtime_event(self, pod_uid: str) -> None:
+        worker = self.workers.get(pod_uid)
+        if worker is not None:
+            worker.wake()
+
+    # -- static pods -------------------------------------------------------------------------------
+
+    def _on_mirror(self, mirror: dict[str, Any]) -> None:
+        uid = mirror["metadata"]["annotations"].get("kubernetes.io/config.mirror", "")
+        if mirror["metadata"].get("deletionTimestamp"):
+            self.mirrors.pop(uid, None)
+            return
+        self.mirrors[uid] = mirror
+        worker = self.workers.get(uid)
+        if worker is not None and uid in self.static_pods:
+            worker.update(worker.pod, mirror.get("status") or {})
+
+    async def _static_loop(self) -> None:
+        while True:
+            try:
+                await self._sync_static()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("static pod sync failed")
+            await asyncio.sleep(self.options.static_interval)
+
+    async def _sync_static(self) -> None:
+        assert self.ctx is not None
+        wanted = await read_manifests_async(self.options.pod_manifest_path, self.name)
+        for uid in [u for u in self.static_pods if u not in wanted]:
+            old = self.static_pods.pop(uid)
+            worker = self.workers.get(uid)
+            if worker is not None:
+                worker.remove()
+            with contextlib.suppress(NotFound, ApiError):
+                await self.client.delete(PODS, old["metadata"]["name"], old["metadata"]["namespace"],
+                                         grace_period_seconds=0)
+        for uid, pod in wanted.items():
+            target = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            if uid not in self.static_pods:
+                self.static_pods[uid] = pod
+                self._spawn(pod, status_target=target, api_status={})
+            if uid not in self.mirrors:
+                await self._create_mirror(pod)
+
+    async def _create_mirror(self, pod: dict[str, Any]) -> None:
+        body = mirror_of(pod, self.agent.node)
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        try:
+            created = await self.client.create(PODS, body, ns)
+        except AlreadyExists:
+            try:
+                existing = await self.client.get(PODS, name, ns)
+            except NotFound:
+                return
+            if not is_mirror(existing) or existing["metadata"]["annotations"].get(
+                    "kubernetes.io/config.mirror") != pod["metadata"]["uid"]:
+                with contextlib.suppress(NotFound, ApiError):
+                    await self.client.delete(PODS, name, ns, grace_period_seconds=0,
+                                             preconditions={"uid": existing["metadata"]["uid"]})
+                return
+            created = existing
+        except ApiError as exc:
+            log.warning("mirror pod not created", pod=f"{ns}/{name}", error=str(exc))
+            return
+        self.mirrors[pod["metadata"]["uid"]] = created
+        worker = self.workers.get(pod["metadata"]["uid"])
+        if worker is not None:
+            self.status.forget(worker.uid)
+            worker.update(worker.pod, created.get("status") or {})
+
+    # -- housekeeping ------------------------------------------------------------------------------
+
+    async def _housekeeping(self) -> None:
+        """Remove sandboxes of pods this node no longer has (deleted while the kubelet was down)."""
+        while True:
+            await asyncio.sleep(self.options.housekeeping)
+            if self.informer is not None and not self.informer.has_synced():
+                continue
+            try:
+                for sandbox in await self.runtime.list_sandboxes():
+                    if sandbox.uid in self.workers or sandbox.uid in self.static_pods:
+                        continue
+                    for c in await self.runtime.list_containers(sandbox.uid):
+                        with contextlib.suppress(Exception):
+                            await self.runtime.stop_container(c.id, 2)
+                            await self.runtime.remove_container(c.id)
+                    with contextlib.suppress(Exception):
+                        await self.runtime.stop_sandbox(sandbox.id)
+                        await self.runtime.remove_sandbox(sandbox.id)
+                    if self.ctx is not None and self.ctx.volumes is not None:
+                        await self.ctx.volumes.teardown(sandbox.uid)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("housekeeping failed")

@@ -1,0 +1,1 @@
+"""Pod workers and what they need: status, probes, volumes, environment, hooks and back-off."""

@@ -1,0 +1,180 @@
+"""The kubelet on a real containerd (in a network namespace made by the test), seen through real kubectl."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, Kubectl
+from tests.e2e.containerd_fixture import Containerd, containerd  # noqa: F401 - fixture
+
+NODE = "e2e-real-0"
+
+
+class KubeletProcess:
+    def __init__(self, kubeconfig: Path, c: Containerd, base: Path) -> None:
+        self.args = [sys.executable, "-m", "kubelet_agent", "--kubeconfig", str(kubeconfig),
+                     "--hostname-override", NODE, "--container-runtime-endpoint", c.endpoint,
+                     "--cni-conf-dir", str(c.cni_conf_dir), "--node-netns", c.netns_path, "--node-ip", c.node_ip,
+                     "--root-dir", str(base / "kubelet"), "--pod-manifest-path", str(base / "manifests"),
+                     "--cluster-dns", "10.96.0.10", "--healthz-port", "0", "--log-format", "console"]
+        (base / "manifests").mkdir(parents=True, exist_ok=True)
+        self.base = base
+        self.log = base / "kubelet.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = open(self.log, "ab")  # noqa: SIM115 - handed to the child
+        self.proc = subprocess.Popen(self.args, cwd=REPO, stdout=log, stderr=log)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(20)
+
+
+@pytest.fixture(scope="module")
+def kubelet(kubeconfig: Path, containerd: Containerd) -> Iterator[KubeletProcess]:  # noqa: F811
+    k = KubeletProcess(kubeconfig, containerd, containerd.base)
+    k.start()
+    yield k
+    k.stop()
+
+
+def wait(fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out; last: {last!r}")
+
+
+def apply(kubectl: Kubectl, ns: str, pod: dict[str, Any]) -> None:
+    pod.setdefault("apiVersion", "v1")
+    pod.setdefault("kind", "Pod")
+    pod["spec"]["nodeName"] = NODE
+    for c in pod["spec"].get("containers", []) + pod["spec"].get("initContainers", []):
+        c.setdefault("imagePullPolicy", "IfNotPresent")
+    kubectl.run("-n", ns, "apply", "-f", "-", stdin=json.dumps(pod))
+
+
+def status(kubectl: Kubectl, ns: str, name: str) -> dict[str, Any]:
+    return kubectl.json("-n", ns, "get", "pod", name).get("status") or {}
+
+
+def test_init_and_two_containers_run(kubelet: KubeletProcess, kubectl: Kubectl, unique_ns: str) -> None:
+    apply(kubectl, unique_ns, {"metadata": {"name": "web"}, "spec": {
+        "initContainers": [{"name": "init", "image": "busybox", "command": ["sh", "-c", "echo init"]}],
+        "containers": [
+            {"name": "a", "image": "busybox", "command": ["sleep", "3600"]},
+            {"name": "b", "image": "busybox", "command": ["httpd", "-f", "-p", "8080"],
+             "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}})
+    s = wait(lambda: (st := status(kubectl, unique_ns, "web")).get("conditions") and all(
+        c["status"] == "True" for c in st["conditions"]) and st)
+    assert s["phase"] == "Running"
+    assert s["initContainerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
+    for cs in s["containerStatuses"]:
+        assert cs["ready"] and cs["started"] and cs["containerID"].startswith("containerd://")
+        assert cs["image"] == "docker.io/library/busybox:latest" and cs["imageID"]
+    assert s["podIP"].startswith("10.244.") and s["hostIP"] == "10.99.0.2"
+
+
+def test_crash_loop_back_off(kubelet: KubeletProcess, kubectl: Kubectl, unique_ns: str) -> None:
+    apply(kubectl, unique_ns, {"metadata": {"name": "crash"}, "spec": {
+        "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "exit 2"]}]}})
+    cs = wait(lambda: (st := status(kubectl, unique_ns, "crash")).get("containerStatuses") and
+              st["containerStatuses"][0]["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff"
+              and st["containerStatuses"][0])
+    assert cs["lastState"]["terminated"]["exitCode"] == 2 and cs["restartCount"] >= 1
+
+
+def test_job_style_pod_succeeds_and_downward_env(kubelet: KubeletProcess, kubectl: Kubectl, unique_ns: str) -> None:
+    apply(kubectl, unique_ns, {"metadata": {"name": "job", "labels": {"app": "x"}}, "spec": {
+        "restartPolicy": "Never",
+        "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", 'test "$ME" = job && '
+                                                                        'test "$NS" = "$(cat /etc/hostname | '
+                                                                        'sed s/job/$NS/)"'],
+                        "env": [{"name": "ME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                                {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]}]}})
+    s = wait(lambda: (st := status(kubectl, unique_ns, "job")).get("phase") in ("Succeeded", "Failed") and st)
+    assert s["phase"] == "Succeeded", s
+    assert s["containerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
+
+
+def test_err_image_never_pull(kubelet: KubeletProcess, kubectl: Kubectl, unique_ns: str) -> None:
+    apply(kubectl, unique_ns, {"metadata": {"name": "never"}, "spec": {
+        "containers": [{"name": "c", "image": "example.com/none:1", "imagePullPolicy": "Never"}]}})
+    w = wait(lambda: (st := status(kubectl, unique_ns, "never")).get("containerStatuses") and
+             st["containerStatuses"][0]["state"].get("waiting"))
+    assert w["reason"] == "ErrImageNeverPull"
+    assert w["message"] == 'Container image "example.com/none:1" is not present with pull policy of Never'
+
+
+def test_liveness_failure_restarts(kubelet: KubeletProcess, kubectl: Kubectl, unique_ns: str) -> None:
+    apply(kubectl, unique_ns, {"metadata": {"name": "live"}, "spec": {
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"],
+                        "livenessProbe": {"exec": {"command": ["test", "-e", "/nope"]}, "periodSeconds": 1,
+                                          "failureThreshold": 1}}]}})
+    wait(lambda: (st := status(kubectl, unique_ns, "live")).get("containerStatuses") and
+         st["containerStatuses"][0]["restartCount"] >= 2, timeout=90)
+
+
+def test_configmap_volume_updates(kubelet: KubeletProcess, kubectl: Kubectl, unique_ns: str) -> None:
+    kubectl.run("-n", unique_ns, "create", "configmap", "cfg", "--from-literal=key=one")
+    apply(kubectl, unique_ns, {"metadata": {"name": "cm"}, "spec": {
+        "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"],
+                        "readinessProbe": {"exec": {"command": ["grep", "-q", "two", "/cfg/key"]}, "periodSeconds": 1},
+                        "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}],
+        "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}]}})
+    wait(lambda: status(kubectl, unique_ns, "cm").get("phase") == "Running")
+    kubectl.run("-n", unique_ns, "patch", "configmap", "cfg", "-p", '{"data":{"key":"two"}}')
+    wait(lambda: (st := status(kubectl, unique_ns, "cm")).get("containerStatuses") and
+         st["containerStatuses"][0]["ready"], timeout=60)
+
+
+def test_grace_period_is_honoured(kubelet: KubeletProcess, kubectl: Kubectl, unique_ns: str) -> None:
+    apply(kubectl, unique_ns, {"metadata": {"name": "stubborn"}, "spec": {
+        "terminationGracePeriodSeconds": 5,
+        "containers": [{"name": "c", "image": "busybox", "command": ["httpd", "-f", "-p", "80"]}]}})
+    wait(lambda: status(kubectl, unique_ns, "stubborn").get("phase") == "Running")
+    start = time.monotonic()
+    kubectl.run("-n", unique_ns, "delete", "pod", "stubborn", "--wait=true", timeout=60)
+    elapsed = time.monotonic() - start
+    assert 4.5 <= elapsed < 15, elapsed
+
+
+def test_static_pod_has_mirror(kubelet: KubeletProcess, kubectl: Kubectl) -> None:
+    manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "static", "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "image": "busybox", "imagePullPolicy": "IfNotPresent",
+                                         "command": ["sleep", "3600"]}]}}
+    (kubelet.base / "manifests" / "static.yaml").write_text(json.dumps(manifest))
+    name = f"static-{NODE}"
+    s = wait(lambda: (r := kubectl.run("get", "pod", name, "-o", "json", check=False)).returncode == 0 and
+             json.loads(r.stdout).get("status", {}).get("phase") == "Running" and json.loads(r.stdout))
+    assert "kubernetes.io/config.mirror" in s["metadata"]["annotations"]
+    (kubelet.base / "manifests" / "static.yaml").unlink()
+    wait(lambda: kubectl.run("get", "pod", name, check=False).returncode != 0)
+
+
+def test_restart_adopts_running_containers(kubelet: KubeletProcess, kubectl: Kubectl, unique_ns: str) -> None:
+    apply(kubectl, unique_ns, {"metadata": {"name": "keep"}, "spec": {
+        "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}]}})
+    before = wait(lambda: (st := status(kubectl, unique_ns, "keep")).get("phase") == "Running" and st)
+    kubelet.stop()
+    kubelet.start()
+    time.sleep(8)
+    after = status(kubectl, unique_ns, "keep")
+    b, a = before["containerStatuses"][0], after["containerStatuses"][0]
+    assert a["containerID"] == b["containerID"] and a["restartCount"] == 0
+    assert a["state"]["running"]["startedAt"] == b["state"]["running"]["startedAt"]

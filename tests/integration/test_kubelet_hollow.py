@@ -1,0 +1,175 @@
+"""A hollow kubelet process against the real apiserver and etcd: pods run, finish, crash-loop and
+terminate gracefully with the status upstream's kubelet would write."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.client import Client, NotFound, gvr
+from tests.conftest import REPO
+
+PODS = gvr("v1", "pods")
+NODES = gvr("v1", "nodes", namespaced=False)
+LEASES = gvr("coordination.k8s.io/v1", "leases")
+NODE = "hollow-it-0"
+
+
+@pytest.fixture(scope="module")
+def hollow_kubelet(kubeconfig: Path, workdir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    log = open(workdir / "hollow-kubelet.log", "ab")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kubelet_agent", "--kubeconfig", str(kubeconfig), "--hollow-nodes", "2",
+         "--hostname-override", "hollow-it", "--healthz-port", "0", "--log-format", "console"],
+        cwd=REPO, stdout=log, stderr=log,
+    )
+    yield proc
+    proc.terminate()
+    proc.wait(15)
+
+
+@pytest.fixture
+async def client(apiserver: str) -> AsyncIterator[Client]:
+    c = Client(apiserver)
+    yield c
+    await c.close()
+
+
+async def wait_for(fn: Any, limit: float = 30.0, interval: float = 0.2) -> Any:
+    deadline = asyncio.get_running_loop().time() + limit
+    last: Any = None
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            last = await fn()
+        except NotFound:
+            last = None
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(f"timed out; last value: {last!r}")
+
+
+def pod(name: str, containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    annotations = spec.pop("annotations", {})
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations},
+            "spec": {"nodeName": NODE, "containers": containers, **spec}}
+
+
+async def test_node_registers_with_lease(hollow_kubelet: Any, client: Client) -> None:
+    node = await wait_for(lambda: client.get(NODES, NODE))
+    await wait_for(lambda: client.get(LEASES, NODE, "kube-node-lease"))
+    labels = node["metadata"]["labels"]
+    assert labels["kubernetes.io/hostname"] == NODE and labels["kubernetes.io/os"] == "linux"
+    status = node["status"]
+    assert status["nodeInfo"]["kubeletVersion"] == "v1.32.0-pyk8s"
+    assert status["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://1.6")
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {
+        "MemoryPressure": "False", "DiskPressure": "False", "PIDPressure": "False", "Ready": "True"}
+    assert status["capacity"]["pods"] == "110"
+    assert [a["type"] for a in status["addresses"]] == ["InternalIP", "Hostname"]
+    await client.get(NODES, "hollow-it-1")
+
+
+async def test_pod_runs_with_upstream_status(hollow_kubelet: Any, client: Client, unique_ns: str) -> None:
+    body = pod("web", [{"name": "a", "image": "nginx:1.25"}, {"name": "b", "image": "busybox"}],
+               initContainers=[{"name": "init", "image": "busybox"}])
+    await client.create(PODS, body, unique_ns)
+
+    async def running() -> dict[str, Any] | None:
+        p = await client.get(PODS, "web", unique_ns)
+        return p if p["status"].get("phase") == "Running" and all(
+            c["ready"] for c in p["status"].get("containerStatuses") or [{"ready": False}]) else None
+
+    p = await wait_for(running)
+    status = p["status"]
+    conds = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conds == {"PodReadyToStartContainers": "True", "Initialized": "True", "Ready": "True",
+                     "ContainersReady": "True", "PodScheduled": "True"}
+    assert [c["type"] for c in status["conditions"]] == [
+        "PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"]
+    assert status["podIP"] and status["podIPs"] == [{"ip": status["podIP"]}]
+    assert status["hostIP"] and status["startTime"] and status["qosClass"] == "BestEffort"
+    init = status["initContainerStatuses"][0]
+    assert init["state"]["terminated"]["reason"] == "Completed" and init["ready"] is True
+    a, b = status["containerStatuses"]
+    assert a["name"] == "a" and a["image"] == "docker.io/library/nginx:1.25"
+    assert b["image"] == "docker.io/library/busybox:latest"
+    assert a["containerID"].startswith("containerd://") and a["started"] is True
+    assert a["restartCount"] == 0 and "running" in a["state"] and a["lastState"] == {}
+
+
+async def test_job_style_pod_succeeds(hollow_kubelet: Any, client: Client, unique_ns: str) -> None:
+    body = pod("job", [{"name": "work", "image": "busybox"}], restartPolicy="Never",
+               annotations={"hollow.pyk8s.io/container.work": "exit=0,after=0.5"})
+    await client.create(PODS, body, unique_ns)
+
+    async def done() -> dict[str, Any] | None:
+        p = await client.get(PODS, "job", unique_ns)
+        return p if p["status"].get("phase") == "Succeeded" else None
+
+    p = await wait_for(done)
+    term = p["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 0 and term["reason"] == "Completed"
+    conds = {c["type"]: c for c in p["status"]["conditions"]}
+    assert conds["Ready"]["status"] == "False" and conds["Ready"]["reason"] == "PodCompleted"
+
+
+async def test_failing_pod_never_restarted_is_failed(hollow_kubelet: Any, client: Client, unique_ns: str) -> None:
+    body = pod("fail", [{"name": "work", "image": "busybox"}], restartPolicy="Never",
+               annotations={"hollow.pyk8s.io/container.work": "exit=3"})
+    await client.create(PODS, body, unique_ns)
+
+    async def failed() -> dict[str, Any] | None:
+        p = await client.get(PODS, "fail", unique_ns)
+        return p if p["status"].get("phase") == "Failed" else None
+
+    p = await wait_for(failed)
+    term = p["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 3 and term["reason"] == "Error"
+
+
+async def test_crash_shows_crash_loop_back_off(hollow_kubelet: Any, client: Client, unique_ns: str) -> None:
+    body = pod("crash", [{"name": "c", "image": "busybox"}],
+               annotations={"hollow.pyk8s.io/container.c": "exit=1"})
+    await client.create(PODS, body, unique_ns)
+
+    async def crashing() -> dict[str, Any] | None:
+        p = await client.get(PODS, "crash", unique_ns)
+        cs = (p["status"].get("containerStatuses") or [{}])[0]
+        return cs if (cs.get("state") or {}).get("waiting", {}).get("reason") == "CrashLoopBackOff" else None
+
+    cs = await wait_for(crashing)
+    assert cs["restartCount"] >= 1
+    assert cs["lastState"]["terminated"]["exitCode"] == 1
+    assert "back-off 10s restarting failed container=c pod=crash_" in cs["state"]["waiting"]["message"]
+    p = await client.get(PODS, "crash", unique_ns)
+    assert p["status"]["phase"] == "Running"
+    conds = {c["type"]: c for c in p["status"]["conditions"]}
+    assert conds["Ready"]["reason"] == "ContainersNotReady"
+
+
+async def test_graceful_deletion_completes(hollow_kubelet: Any, client: Client, unique_ns: str) -> None:
+    await client.create(PODS, pod("gone", [{"name": "c", "image": "busybox"}]), unique_ns)
+
+    async def running() -> bool:
+        p = await client.get(PODS, "gone", unique_ns)
+        return p["status"].get("phase") == "Running"
+
+    await wait_for(running)
+    deleted = await client.delete(PODS, "gone", unique_ns, grace_period_seconds=30)
+    assert deleted["metadata"].get("deletionTimestamp")
+
+    async def removed() -> bool:
+        try:
+            await client.get(PODS, "gone", unique_ns)
+        except NotFound:
+            return True
+        return False
+
+    await wait_for(removed, limit=15)
