@@ -1,7 +1,8 @@
 """Mutating admission the apiserver runs on creates before defaulting and validation.
 
-Only what every upstream cluster enables and what pyk8s's components rely on: the
-Priority plugin resolves `priorityClassName` into `spec.priority` and `preemptionPolicy`.
+Only what every upstream cluster enables and what pyk8s's components rely on: the Priority
+plugin resolves `priorityClassName` into `spec.priority` and `preemptionPolicy`; the
+ServiceAccount plugin mounts the projected API credentials (`kube-api-access-*`) into pods.
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ from typing import Any
 
 from services.api import errors
 from services.api.catalog import Resource
+from services.api.meta import generate_name
 
 Obj = dict[str, Any]
+
+SA_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 SYSTEM_PRIORITY_CLASSES = (
     ("system-node-critical", 2000001000, "Used for system critical pods that must not be moved from their "
@@ -31,6 +35,46 @@ class Admission:
     async def admit_create(self, res: Resource, obj: Obj) -> None:
         if res.group == "" and res.plural == "pods":
             self._priority(obj)
+            self._service_account_token(obj)
+
+    def _service_account_token(self, pod: Obj) -> None:
+        """Mount a projected token, the cluster CA and the namespace where in-cluster clients look for them.
+
+        Unlike upstream, a pod whose service account does not exist (yet) is admitted without the
+        volume instead of being refused, so pods created before the ServiceAccount controller runs
+        still start.
+        """
+        spec = pod.get("spec")
+        if not isinstance(spec, dict) or spec.get("automountServiceAccountToken") is False:
+            return
+        meta = pod.get("metadata") or {}
+        account = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+        accounts = self.cache.resources.get(f"{self.root}serviceaccounts/")
+        entry = accounts.entries.get(f"{self.root}serviceaccounts/{meta.get('namespace')}/{account}") if accounts \
+            else None
+        if entry is None or entry.obj.get("automountServiceAccountToken") is False and \
+                spec.get("automountServiceAccountToken") is not True:
+            return
+        containers = [c for key in ("initContainers", "containers") for c in spec.get(key) or []
+                      if isinstance(c, dict)]
+        if any(m.get("mountPath") == SA_MOUNT_PATH for c in containers for m in c.get("volumeMounts") or []
+               if isinstance(m, dict)):
+            return
+        name = generate_name("kube-api-access-")
+        volumes = spec.get("volumes")
+        if not isinstance(volumes, list):
+            volumes = spec["volumes"] = []
+        volumes.append({"name": name, "projected": {"defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
+                                                                          "fieldPath": "metadata.namespace"}}]}},
+        ]}})
+        for container in containers:
+            mounts = container.get("volumeMounts")
+            if not isinstance(mounts, list):
+                mounts = container["volumeMounts"] = []
+            mounts.append({"name": name, "readOnly": True, "mountPath": SA_MOUNT_PATH})
 
     def _priority_classes(self) -> dict[str, Obj]:
         cache = self.cache.resources.get(f"{self.root}priorityclasses/")
