@@ -154,6 +154,13 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU time a process used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_scheduler(url: str, log: Path, extra: list[str], profile_to: Path | None) -> subprocess.Popen[bytes]:
     prefix = ["-m", "cProfile", "-o", str(profile_to)] if profile_to else []
     return subprocess.Popen(
@@ -178,7 +185,7 @@ async def make_namespace(client: Client, name: str) -> None:
                         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
 
-async def run_size(url: str, work: Path, nodes: int, pods: int, clients: int, variant: str, zones: int,
+async def run_size(url: str, api_pid: int, work: Path, nodes: int, pods: int, clients: int, variant: str, zones: int,
                    sched_args: list[str], profile: bool) -> None:
     client = Client(url)
     try:
@@ -205,11 +212,14 @@ async def run_size(url: str, work: Path, nodes: int, pods: int, clients: int, va
                 raise RuntimeError(f"scheduler exited with {proc.returncode}")
             peak = max(peak, rss_mib(proc.pid))
         wt.cancel()
+        cpu_alone = cpu_seconds(proc.pid)
         span = watch.last - watch.first
         print(f"[{nodes}n/{pods}p {variant}] ALONE: {pods} bindings in {span:.2f}s after the first = "
               f"{pods / span:.0f} pods/s; from process start {watch.last - started:.2f}s = "
               f"{pods / (watch.last - started):.0f} pods/s; scheduler RSS {rss_mib(proc.pid):.0f} MiB "
-              f"(peak {peak:.0f})", flush=True)
+              f"(peak {peak:.0f}); scheduler CPU {cpu_alone:.1f}s"
+              + (f", apiserver CPU so far {cpu_seconds(api_pid):.1f}s" if api_pid else ""),
+              flush=True)
 
         # -- end to end (same scheduler, now idle and synced) --------------------------------------
         ns2 = f"e2e-{nodes}-{pods}-{variant}"
@@ -226,10 +236,11 @@ async def run_size(url: str, work: Path, nodes: int, pods: int, clients: int, va
                 raise RuntimeError(f"scheduler exited with {proc.returncode}")
             peak = max(peak, rss_mib(proc.pid))
         wt2.cancel()
+        cpu_e2e = cpu_seconds(proc.pid) - cpu_alone
         e2e = watch2.last - t0
         print(f"[{nodes}n/{pods}p {variant}] END-TO-END: {pods} pods from first create to last binding "
               f"{e2e:.2f}s = {pods / e2e:.0f} pods/s (creates took {t_create:.2f}s, {clients} clients); "
-              f"scheduler RSS {rss_mib(proc.pid):.0f} MiB (peak {peak:.0f})", flush=True)
+              f"scheduler RSS {rss_mib(proc.pid):.0f} MiB (peak {peak:.0f}); scheduler CPU {cpu_e2e:.1f}s", flush=True)
         stop(proc)
         if profile:
             print(f"profile written to {work / f'sched-{nodes}-{pods}.prof'}", flush=True)
@@ -252,13 +263,13 @@ async def main() -> None:
     for nodes, pods in sizes:
         work = Path(tempfile.mkdtemp(prefix=f"bench-sched-{nodes}-"))
         if args.server:
-            await run_size(args.server, work, nodes, pods, args.clients, args.variant, args.zones,
+            await run_size(args.server, 0, work, nodes, pods, args.clients, args.variant, args.zones,
                            args.scheduler_arg, args.profile)
             continue
         members = start_etcd_cluster(1, work / "etcd")
         server = start_apiserver([members[0].client_url], work / "apiserver")
         try:
-            await run_size(server.url, work, nodes, pods, args.clients, args.variant, args.zones,
+            await run_size(server.url, server.proc.pid, work, nodes, pods, args.clients, args.variant, args.zones,
                            args.scheduler_arg, args.profile)
             print(f"[{nodes}n/{pods}p] apiserver RSS {rss_mib(server.proc.pid):.0f} MiB; logs in {work}", flush=True)
         finally:

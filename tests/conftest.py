@@ -53,7 +53,12 @@ def start_etcd_cluster(size: int, workdir: Path) -> list[Etcd]:
     initial = ",".join(f"{m.name}={m.peer_url}" for m in members)
     for m in members:
         start_member(m, initial, "new")
-    wait_etcd(members[0].client_url)
+    try:
+        wait_etcd(members[0].client_url)
+    except RuntimeError:
+        for m in members:
+            m.kill()
+        raise
     return members
 
 

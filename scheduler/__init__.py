@@ -1,0 +1,1 @@
+"""kube-scheduler: a queue, a cache and a framework of plugins, like upstream."""

@@ -1,0 +1,89 @@
+"""Resource scoring shared by Fit's strategies and BalancedAllocation (upstream's resourceAllocationScorer)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from scheduler.framework.interface import MAX_NODE_SCORE, NodeInfo, Resource, is_scalar_resource
+
+# Shape scores run 0..10 in the API; the scheduler scores 0..100.
+MAX_CUSTOM_PRIORITY_SCORE = 10
+MAX_UTILIZATION = 100
+
+DEFAULT_RESOURCES: list[dict[str, Any]] = [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}]
+
+
+# (Resource attribute or None for a scalar, scalar name, amount the pod adds, weight, counts non-zero requests)
+ScorePlan = list[tuple[str | None, str, int, int, bool]]
+
+_ATTRS = {"cpu": "milli_cpu", "memory": "memory", "ephemeral-storage": "ephemeral_storage",
+          "pods": "allowed_pod_number"}
+
+
+def score_plan(resources: Sequence[tuple[str, int]], pod_request: Resource, pod_non_zero: Resource,
+               use_requested: bool) -> ScorePlan:
+    """Resolve, once per cycle, which node fields each scored resource reads and what the pod adds."""
+    plan: ScorePlan = []
+    for name, weight in resources:
+        non_zero = name in ("cpu", "memory") and not use_requested
+        amount = (pod_non_zero if non_zero else pod_request).get(name)
+        if is_scalar_resource(name) and amount == 0:
+            continue
+        plan.append((_ATTRS.get(name), name, amount, weight, non_zero))
+    return plan
+
+
+def plan_values(plan: ScorePlan, node_info: NodeInfo) -> list[tuple[int, int, int]]:
+    """(allocatable, requested including the pod, weight) per planned resource."""
+    out = []
+    alloc = node_info.allocatable
+    for attr, name, amount, weight, non_zero in plan:
+        used = node_info.non_zero_requested if non_zero else node_info.requested
+        if attr is None:
+            out.append((alloc.scalar.get(name, 0), used.scalar.get(name, 0) + amount, weight))
+        else:
+            out.append((getattr(alloc, attr), getattr(used, attr) + amount, weight))
+    return out
+
+
+def least_requested(requested: int, capacity: int) -> int:
+    if capacity == 0 or requested > capacity:
+        return 0
+    return (capacity - requested) * MAX_NODE_SCORE // capacity
+
+
+def most_requested(requested: int, capacity: int) -> int:
+    if capacity == 0:
+        return 0
+    return min(requested, capacity) * MAX_NODE_SCORE // capacity
+
+
+def broken_linear(shape: Sequence[tuple[int, int]]) -> Callable[[int], int]:
+    """Piecewise-linear function through (utilization, score) points sorted by utilization."""
+
+    def f(p: int) -> int:
+        i = 0
+        while i < len(shape) and p > shape[i][0]:
+            i += 1
+        if i == 0:
+            return shape[0][1]
+        if i == len(shape):
+            return shape[-1][1]
+        (u0, s0), (u1, s1) = shape[i - 1], shape[i]
+        return s0 + (s1 - s0) * (p - u0) // (u1 - u0)
+
+    return f
+
+
+def requested_to_capacity_ratio(shape_spec: Sequence[Mapping[str, Any]]) -> Callable[[int, int], int]:
+    scale = MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE
+    shape = [(int(p["utilization"]), int(p["score"]) * scale) for p in shape_spec]
+    raw = broken_linear(shape)
+
+    def score(requested: int, capacity: int) -> int:
+        if capacity == 0 or requested > capacity:
+            return raw(MAX_UTILIZATION)
+        return raw(requested * MAX_UTILIZATION // capacity)
+
+    return score

@@ -1,0 +1,98 @@
+"""TaintToleration: NoSchedule/NoExecute taints filter; PreferNoSchedule taints lower the score."""
+
+from __future__ import annotations
+
+from scheduler.framework.interface import (
+    MAX_NODE_SCORE,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    CycleState,
+    EventResource,
+    NodeInfo,
+    NodeScore,
+    Obj,
+    Plugin,
+    QueueingHint,
+    Status,
+)
+from scheduler.plugins.helper import default_normalize_score, find_untolerated_taint, tolerations_tolerate
+
+_PRE_SCORE_KEY = "PreScoreTaintToleration"
+_FILTER_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def _taints(node: Obj | None) -> list[Obj]:
+    return ((node or {}).get("spec") or {}).get("taints") or []
+
+
+class TaintToleration(Plugin):
+    name = "TaintToleration"
+
+    def filter(self, state: CycleState, pod: Obj, node_info: NodeInfo) -> Status | None:
+        taints = _taints(node_info.node)
+        if not taints:
+            return None
+        taint = find_untolerated_taint(taints, (pod.get("spec") or {}).get("tolerations") or [], _FILTER_EFFECTS)
+        if taint is None:
+            return None
+        return Status.unresolvable(
+            f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '')}}}")
+
+    def filter_nodes(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> list[Status | None]:
+        f = self.filter
+        return [f(state, pod, ni) if ((ni.node or {}).get("spec") or {}).get("taints") else None for ni in nodes]
+
+    def pre_score(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> Status | None:
+        tolerations = [t for t in (pod.get("spec") or {}).get("tolerations") or ()
+                       if not t.get("effect") or t.get("effect") == "PreferNoSchedule"]
+        state.write(_PRE_SCORE_KEY, tolerations)
+        return None
+
+    def score(self, state: CycleState, pod: Obj, node_info: NodeInfo) -> tuple[int, Status | None]:
+        tolerations = state.read(_PRE_SCORE_KEY)
+        count = sum(1 for t in _taints(node_info.node)
+                    if t.get("effect") == "PreferNoSchedule" and not tolerations_tolerate(tolerations, t))
+        return count, None
+
+    def score_nodes(self, state: CycleState, pod: Obj,
+                    nodes: list[NodeInfo]) -> tuple[list[int], Status | None]:
+        tolerations = state.read(_PRE_SCORE_KEY)
+        out = []
+        for ni in nodes:
+            taints = ((ni.node or {}).get("spec") or {}).get("taints")
+            if not taints:
+                out.append(0)
+                continue
+            out.append(sum(1 for t in taints
+                           if t.get("effect") == "PreferNoSchedule" and not tolerations_tolerate(tolerations, t)))
+        return out, None
+
+    def normalize_score(self, state: CycleState, pod: Obj, scores: list[NodeScore]) -> Status | None:
+        default_normalize_score(MAX_NODE_SCORE, True, scores)
+        return None
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_TAINT),
+                                 self._node_hint),
+            ClusterEventWithHint(ClusterEvent(EventResource.POD, ActionType.UPDATE_POD_TOLERATIONS), self._pod_hint),
+        ]
+
+    @staticmethod
+    def _node_hint(pod: Obj, old: Obj | None, new: Obj | None) -> QueueingHint:
+        """Queue when the node now admits the pod and did not before (or is new)."""
+        if new is None:
+            return QueueingHint.QUEUE_SKIP
+        tolerations = (pod.get("spec") or {}).get("tolerations") or []
+        if find_untolerated_taint(_taints(new), tolerations, _FILTER_EFFECTS) is not None:
+            return QueueingHint.QUEUE_SKIP
+        if old is not None and find_untolerated_taint(_taints(old), tolerations, _FILTER_EFFECTS) is None:
+            return QueueingHint.QUEUE_SKIP
+        return QueueingHint.QUEUE
+
+    @staticmethod
+    def _pod_hint(pod: Obj, old: Obj | None, new: Obj | None) -> QueueingHint:
+        if new is None or new["metadata"].get("uid") != pod["metadata"].get("uid"):
+            return QueueingHint.QUEUE_SKIP
+        return QueueingHint.QUEUE

@@ -1,0 +1,97 @@
+"""The cache: assume, confirm, forget, expire; incremental snapshots; zone round-robin order."""
+
+from __future__ import annotations
+
+from scheduler.framework.cache import Cache, NodeTree
+from scheduler.framework.interface import Snapshot
+from tests.unit.scheduler.util import make_node, make_pod
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_assume_confirm_forget() -> None:
+    cache = Cache()
+    cache.add_node(make_node("n", cpu="4"))
+    pod = make_pod("p", cpu="1")
+    assumed = {**pod, "spec": {**pod["spec"], "nodeName": "n"}}
+    cache.assume_pod(assumed, "n")
+    assert cache.is_assumed(pod) and cache.nodes["n"].requested.milli_cpu == 1000
+    cache.forget_pod(assumed)
+    assert not cache.is_assumed(pod) and cache.nodes["n"].requested.milli_cpu == 0
+    cache.assume_pod(assumed, "n")
+    cache.add_pod(assumed)  # the informer confirms the binding
+    assert not cache.is_assumed(pod) and cache.nodes["n"].requested.milli_cpu == 1000
+    cache.remove_pod(assumed)
+    assert cache.nodes["n"].requested.milli_cpu == 0
+
+
+def test_assumed_pod_expires_only_after_binding_finished() -> None:
+    clock = Clock()
+    cache = Cache(ttl=30, clock=clock)
+    cache.add_node(make_node("n"))
+    pod = make_pod("p", cpu="1", node="n")
+    cache.assume_pod(pod, "n")
+    clock.now = 100
+    assert cache.cleanup_expired_assumed_pods() == 0
+    cache.finish_binding(pod)
+    clock.now = 120
+    assert cache.cleanup_expired_assumed_pods() == 0
+    clock.now = 131
+    assert cache.cleanup_expired_assumed_pods() == 1
+    assert cache.nodes["n"].requested.milli_cpu == 0
+
+
+def test_pod_on_unknown_node_then_node_arrives() -> None:
+    cache = Cache()
+    cache.add_pod(make_pod("p", cpu="1", node="late"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    assert snap.num_nodes() == 0
+    cache.add_node(make_node("late"))
+    cache.update_snapshot(snap)
+    assert snap.get("late").requested.milli_cpu == 1000
+
+
+def test_snapshot_is_incremental_and_isolated() -> None:
+    cache = Cache()
+    for i in range(3):
+        cache.add_node(make_node(f"n{i}"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    before = {n: id(snap.get(n)) for n in ("n0", "n1", "n2")}
+    cache.add_pod(make_pod("p", cpu="1", node="n1"))
+    assert snap.get("n1").requested.milli_cpu == 0  # not until the next cycle's update
+    cache.update_snapshot(snap)
+    assert snap.get("n1").requested.milli_cpu == 1000
+    assert {n: id(snap.get(n)) for n in before} == before
+    cache.remove_node(make_node("n2"))
+    cache.update_snapshot(snap)
+    assert [n.name for n in snap.list()] == ["n0", "n1"]
+
+
+def test_snapshot_tracks_affinity_lists() -> None:
+    cache = Cache()
+    cache.add_node(make_node("n"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    assert snap.have_pods_with_affinity_list() == []
+    pod = make_pod("p", node="n", affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {}, "topologyKey": "kubernetes.io/hostname"}]}})
+    cache.add_pod(pod)
+    cache.update_snapshot(snap)
+    assert [n.name for n in snap.have_pods_with_required_anti_affinity_list()] == ["n"]
+
+
+def test_node_tree_interleaves_zones() -> None:
+    tree = NodeTree()
+    for name, zone in [("a1", "a"), ("a2", "a"), ("a3", "a"), ("b1", "b"), ("c1", "c"), ("c2", "c")]:
+        tree.add(make_node(name, labels={"topology.kubernetes.io/zone": zone}))
+    assert tree.list() == ["a1", "b1", "c1", "a2", "c2", "a3"]
+    tree.remove("b1")
+    assert tree.list() == ["a1", "c1", "a2", "c2", "a3"]
