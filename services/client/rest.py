@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -26,6 +27,7 @@ from services.client.errors import (
     error_from_status,
 )
 from services.client.ratelimit import TokenBucket
+from services.client.transport import AsyncTransport
 
 
 class ResourceType(Protocol):
@@ -60,6 +62,9 @@ PATCH_CONTENT_TYPES: dict[str, str] = {
 }
 
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD"})
+# Requests in flight (watches included) per client; beyond it a request waits for a free slot.
+MAX_CONNECTIONS = 512
+MAX_IDLE_CONNECTIONS = 64
 
 
 def resource_path(
@@ -140,13 +145,20 @@ class Client:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self._bucket = TokenBucket(self.config.qps, self.config.burst or int(max(self.config.qps, 1)))
+        verify = self.config.ssl_context()
+        if transport is None:
+            transport = AsyncTransport(
+                verify if isinstance(verify, ssl.SSLContext) else None,
+                max_connections=MAX_CONNECTIONS,
+                max_idle=MAX_IDLE_CONNECTIONS,
+            )
         self._http = httpx.AsyncClient(
             base_url=self.config.server,
-            verify=self.config.ssl_context(),
+            verify=verify,
             auth=self.config.auth(),
             headers=self.config.headers(),
             timeout=httpx.Timeout(self.config.timeout),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=MAX_IDLE_CONNECTIONS),
             transport=transport,
         )
         self._extensions = (
