@@ -13,18 +13,13 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterable
-from functools import cache
-from importlib import resources as importlib_resources
-from pathlib import Path
 from typing import Any
 
-import orjson
 import yaml
 
-from services.api import errors
+from services.api import definitions, errors
 from services.api.errors import StatusError
 
-_PREFERRED_SCHEMA_VERSION = (1, 32, 0)
 _REF = "#/$defs/"
 _MAX_STRICT_ERRORS = 100  # upstream's decoder stops collecting after this many
 _WARNING_TOTAL_RUNES = 4 * 1024  # upstream's warning recorder starts truncating past this
@@ -109,27 +104,8 @@ class DuplicateFields(list[str]):
 # Definitions
 
 
-def _version_key(path: Path) -> tuple[int, ...]:
-    return tuple(int(part) for part in path.name[1:].split("-")[0].split("."))
-
-
-@cache
 def _definitions() -> tuple[dict[str, Any], dict[tuple[str, str], str]]:
-    """Upstream's definitions, newest shipped set no newer than 1.32 (the kubectl this serves)."""
-    root = Path(str(importlib_resources.files("kubernetes_validate"))) / "kubernetes-json-schema"
-    candidates = sorted(
-        (p for p in root.glob("v*-local") if (p / "_definitions.json").is_file()), key=_version_key
-    )
-    if not candidates:
-        raise RuntimeError(f"kubernetes-validate ships no definitions under {root}")
-    usable = [p for p in candidates if _version_key(p) <= _PREFERRED_SCHEMA_VERSION]
-    defs: dict[str, Any] = orjson.loads(((usable or candidates)[-1] / "_definitions.json").read_bytes())["$defs"]
-    by_kind: dict[tuple[str, str], str] = {}
-    for name, schema in defs.items():
-        for gvk in schema.get("x-kubernetes-group-version-kind", ()):
-            api_version = f"{gvk['group']}/{gvk['version']}" if gvk["group"] else gvk["version"]
-            by_kind.setdefault((api_version, gvk["kind"]), name)
-    return defs, by_kind
+    return definitions.definitions(), definitions.by_kind()
 
 
 _compiled: dict[str, _Node] = {}

@@ -25,13 +25,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from functools import cache
-from importlib import resources as importlib_resources
-from pathlib import Path
 from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
 
+from services.api import definitions as shipped
 from services.api.catalog import Catalog, Resource
 from services.api.errors import StatusError, not_acceptable
 
@@ -137,21 +136,6 @@ _REASONS = {"200": "OK", "201": "Created", "202": "Accepted", "401": "Unauthoriz
 # Type definitions
 
 
-def _schema_dir() -> Path:
-    """The newest shipped schema set no newer than upstream 1.32, which kubectl here speaks."""
-    root = Path(str(importlib_resources.files("kubernetes_validate"))) / "kubernetes-json-schema"
-
-    def key(path: Path) -> tuple[int, ...]:
-        return tuple(int(part) for part in path.name[1:].split("-")[0].split("."))
-
-    candidates = sorted((p for p in root.glob("v*-local") if (p / "_definitions.json").is_file()), key=key)
-    if not candidates:
-        raise RuntimeError(f"kubernetes-validate ships no definitions under {root}")
-    wanted = key(Path(PREFERRED_SCHEMA_VERSION))
-    usable = [p for p in candidates if key(p) <= wanted]
-    return (usable or candidates)[-1]
-
-
 @dataclass
 class Definitions:
     """Upstream's types in a flavour-neutral form: nullable types collapsed, refs by bare name."""
@@ -229,8 +213,8 @@ def _refs(node: Any) -> set[str]:
 @cache
 def definitions() -> Definitions:
     """Load the shipped definitions once per process (1.8 MB of JSON)."""
-    directory = _schema_dir()
-    raw = orjson.loads((directory / "_definitions.json").read_bytes())["$defs"]
+    directory = shipped.schema_dir()
+    raw = shipped.definitions()
     schemas: dict[str, Schema] = {}
     by_gvk: dict[tuple[str, str, str], str] = {}
     for name, schema in raw.items():

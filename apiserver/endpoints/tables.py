@@ -9,7 +9,6 @@ is assumed here so that a sparse object prints as upstream would print it.
 
 from __future__ import annotations
 
-import importlib.resources
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -19,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from services.api import definitions
 from services.api.catalog import Resource
 
 Row = list[Any]
@@ -1028,15 +1028,9 @@ _DEFAULT: tuple[list[Column], RowFn] = (
     [NAME, ("Created At", "date", 0, (_META, "creationTimestamp"), "")], _default_cells)
 
 
-@cache
 def _openapi_definitions() -> dict[str, Any]:
-    """Upstream's v1.32 OpenAPI definitions, whose field docs are the printers' descriptions."""
-    try:
-        root = importlib.resources.files("kubernetes_validate") / "kubernetes-json-schema"
-        data = (root / "v1.32.0-local" / "_definitions.json").read_bytes()
-    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
-        return {}
-    return orjson.loads(data).get("$defs", {})
+    """Upstream's OpenAPI definitions, whose field docs are the printers' descriptions."""
+    return definitions.definitions()
 
 
 def _describe(desc: str | tuple[str, str]) -> str:

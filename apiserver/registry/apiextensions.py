@@ -136,10 +136,16 @@ class CustomResourceStrategy(Strategy):
             causes += crschema.validate(self.resource.schema, obj)
         return causes
 
+    def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
+        causes = validate_object_meta(new.get("metadata") or {}, namespaced=self.resource.namespaced)
+        if self.resource.schema is not None:
+            causes += crschema.validate(self.resource.schema, new, old)
+        return causes
+
     def validate_status_update(self, new: Obj, old: Obj) -> list[Cause]:
         if self.resource.schema is None:
             return []
-        return crschema.validate(self.resource.schema, new)
+        return crschema.validate(self.resource.schema, new, old)
 
     def field_set(self, obj: Obj) -> dict[str, str]:
         fields = super().field_set(obj)

@@ -8,6 +8,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+from apiserver.registry import crcel
 from services.api import errors
 
 Cause = dict[str, str]
@@ -50,6 +51,7 @@ def validate_schema(schema: Any, path: str) -> list[Cause]:
         causes.append(errors.cause(f"{path}.type", 'Unsupported value: "{}": supported values: "object"'.format(
             schema.get("type", "")), "FieldValueNotSupported"))
     _check_node(schema, path, causes)
+    causes += crcel.compile_errors(schema, path)
     return causes
 
 
@@ -129,6 +131,8 @@ def _default(node: Any, value: Any, root: bool = False) -> None:
                 continue
             if not isinstance(sub, dict):
                 continue
+            if key in value and value[key] is None and not sub.get("nullable"):
+                del value[key]
             if key not in value and "default" in sub:
                 value[key] = _copy(sub["default"])
             if key in value:
@@ -151,8 +155,22 @@ def _copy(value: Any) -> Any:
     return value
 
 
-def validate(schema: dict[str, Any], obj: dict[str, Any]) -> list[Cause]:
-    """Causes for every value the schema rejects, with upstream's field paths and messages."""
+def validate(schema: dict[str, Any], obj: dict[str, Any], old: dict[str, Any] | None = None) -> list[Cause]:
+    """Causes for every value the schema rejects, with upstream's field paths and messages; then the
+    CEL rules, which see `oldSelf` when `old` (the stored object of an update) is given. As upstream,
+    rules are skipped when the object already breaks a type, size, enum or required constraint."""
+    causes = _validate_structure(schema, obj)
+    if crcel.has_rules(schema):
+        if any(c.get("reason") in crcel.BLOCKING for c in causes):
+            causes.append(errors.cause("<nil>", 'Invalid value: "null": some validation rules were not checked '
+                                       "because the object was invalid; correct the existing errors to complete "
+                                       "validation"))
+        else:
+            causes += crcel.validate(schema, obj, old)
+    return causes
+
+
+def _validate_structure(schema: dict[str, Any], obj: dict[str, Any]) -> list[Cause]:
     causes: list[Cause] = []
     props = schema.get("properties") or {}
     for key in schema.get("required") or []:
@@ -173,6 +191,12 @@ def _type_ok(t: str, value: Any) -> bool:
         return isinstance(value, int | float) and not isinstance(value, bool)
     expected = _TYPES.get(t)
     return expected is None or isinstance(value, expected)
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return "integer"
+    return {dict: "object", list: "array", str: "string", bool: "boolean"}.get(type(value), "number")
 
 
 def _json(value: Any) -> str:
@@ -205,13 +229,12 @@ def _validate(node: Any, value: Any, path: str, causes: list[Cause]) -> None:
     t = node.get("type")
     if node.get("x-kubernetes-int-or-string"):
         if not (isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))):
-            causes.append(errors.cause(path, f"Invalid value: {_json(value)}: {path} in body must be of type "
-                                       "integer,string", "FieldValueTypeInvalid"))
+            actual = _json_type(value)
+            causes.append(errors.cause(path, f'Invalid value: "{actual}": {path} in body must be of type '
+                                       f'integer,string: "{actual}"', "FieldValueTypeInvalid"))
             return
     elif t and not _type_ok(t, value):
-        actual = {dict: "object", list: "array", str: "string", bool: "boolean"}.get(type(value), "number")
-        if isinstance(value, int) and not isinstance(value, bool):
-            actual = "integer"
+        actual = _json_type(value)
         causes.append(errors.cause(path, f'Invalid value: "{actual}": {path} in body must be of type {t}: '
                                    f'"{actual}"', "FieldValueTypeInvalid"))
         return
@@ -300,12 +323,37 @@ def _validate_array(node: dict[str, Any], value: list[Any], path: str, causes: l
     if isinstance(items, dict):
         for i, item in enumerate(value):
             _validate(items, item, f"{path}[{i}]", causes)
-    if node.get("x-kubernetes-list-type") == "set" or node.get("uniqueItems"):
+    list_type = node.get("x-kubernetes-list-type")
+    if list_type == "set" or node.get("uniqueItems"):
         seen: list[Any] = []
         for i, item in enumerate(value):
             if item in seen:
-                causes.append(errors.cause(f"{path}[{i}]", f"Duplicate value: {_json(item)}", "FieldValueDuplicate"))
+                causes.append(errors.cause(f"{path}[{i}]", f"Duplicate value: {_go_value(item)}",
+                                           "FieldValueDuplicate"))
             seen.append(item)
+    elif list_type == "map":
+        keys = [k for k in node.get("x-kubernetes-list-map-keys") or [] if isinstance(k, str)]
+        seen_keys: list[dict[str, Any]] = []
+        for i, item in enumerate(value):
+            if not isinstance(item, dict):
+                continue
+            key = {k: item[k] for k in keys if k in item}
+            if key in seen_keys:
+                causes.append(errors.cause(f"{path}[{i}]", f"Duplicate value: {_go_value(key)}",
+                                           "FieldValueDuplicate"))
+            seen_keys.append(key)
+
+
+def _go_value(value: Any) -> str:
+    """A value as Go's %#v prints it in upstream's field errors (maps as map[string]interface {}{...})."""
+    if isinstance(value, dict):
+        inner = ", ".join(f'"{k}":{_go_value(v)}' for k, v in sorted(value.items()))
+        return f"map[string]interface {{}}{{{inner}}}"
+    if isinstance(value, list):
+        return "[]interface {}{" + ", ".join(_go_value(v) for v in value) + "}"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return _json(value)
 
 
 def _validate_object(node: dict[str, Any], value: dict[str, Any], path: str, causes: list[Cause]) -> None:

@@ -18,13 +18,12 @@ handler does not classify (a missing merge key, an unknown `$patch` value, ...).
 
 from __future__ import annotations
 
-import importlib.resources
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import orjson
 
+from services.api import definitions
 from services.api.patch import PatchError
 
 _PATCH = "$patch"
@@ -34,7 +33,6 @@ _ORDER_PREFIX = "$setElementOrder"
 _MISSING: Any = object()
 _DROP: Any = object()
 
-_PREFERRED_SCHEMA_VERSION = (1, 32, 0)
 
 _UNKNOWN_FORMAT = (
     "the body of the request was in an unknown format - accepted media types include: "
@@ -147,22 +145,10 @@ class _Schema:
         return None
 
 
-def _version_key(path: Path) -> tuple[int, ...]:
-    return tuple(int(part) for part in path.name[1:].split("-")[0].split("."))
-
-
 @cache
 def _schema() -> _Schema:
-    """Upstream's definitions, the newest shipped set no newer than the kubectl we serve (1.32)."""
-    root = Path(str(importlib.resources.files("kubernetes_validate"))) / "kubernetes-json-schema"
-    candidates = sorted(
-        (p for p in root.glob("v*-local") if (p / "_definitions.json").is_file()), key=_version_key
-    )
-    if not candidates:
-        raise RuntimeError(f"kubernetes-validate ships no definitions under {root}")
-    usable = [p for p in candidates if _version_key(p) <= _PREFERRED_SCHEMA_VERSION]
-    document = orjson.loads(((usable or candidates)[-1] / "_definitions.json").read_bytes())
-    return _Schema(document.get("$defs") or document.get("definitions") or {})
+    """Upstream's definitions reduced to patch metadata, built once per process."""
+    return _Schema(definitions.definitions())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,15 +6,13 @@ which are maps, whether a map or list is atomic, and how list items are identifi
 
 from __future__ import annotations
 
-import importlib.resources
 import threading
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-_PREFERRED_SCHEMA_VERSION = (1, 32, 0)
+from services.api import definitions
 
 # Upstream's Go types carry `+default` on some list-map key fields; the shipped JSON schema lost them, and
 # without them a port listed without `protocol` would get a different key than the defaulted live item.
@@ -165,27 +163,10 @@ def _with_map_type(t: Type, map_type: str | None) -> Type:
     return copy
 
 
-def _version_key(path: Path) -> tuple[int, ...]:
-    return tuple(int(part) for part in path.name[1:].split("-")[0].split("."))
-
-
 @cache
 def _builtin() -> tuple[_Converter, dict[tuple[str, str], str]]:
-    """Upstream's definitions: the newest shipped set no newer than the kubectl we serve (1.32)."""
-    root = Path(str(importlib.resources.files("kubernetes_validate"))) / "kubernetes-json-schema"
-    shipped = (p for p in root.glob("v*-local") if (p / "_definitions.json").is_file())
-    candidates = sorted(shipped, key=_version_key)
-    if not candidates:
-        raise RuntimeError(f"kubernetes-validate ships no definitions under {root}")
-    usable = [p for p in candidates if _version_key(p) <= _PREFERRED_SCHEMA_VERSION]
-    document = orjson.loads(((usable or candidates)[-1] / "_definitions.json").read_bytes())
-    defs: dict[str, Any] = document.get("$defs") or document.get("definitions") or {}
-    by_kind: dict[tuple[str, str], str] = {}
-    for name, schema in defs.items():
-        for gvk in schema.get("x-kubernetes-group-version-kind", ()):
-            api_version = f"{gvk['group']}/{gvk['version']}" if gvk["group"] else gvk["version"]
-            by_kind.setdefault((api_version, gvk["kind"]), name)
-    return _Converter(defs), by_kind
+    """Upstream's definitions as structured-merge types, built once per process."""
+    return _Converter(definitions.definitions()), definitions.by_kind()
 
 
 _lock = threading.RLock()
