@@ -10,7 +10,8 @@ from pathlib import Path
 
 from deploy import local
 from deploy.bootstrap import PkiDir, apiserver_hosts, ensure_pki, write_kubeconfig
-from deploy.processes import DEFAULT_PORT
+from deploy.nodes import MAX_NODES
+from deploy.state import DEFAULT_PORT, PROXY_MODES
 
 
 def _csv(value: str) -> list[str]:
@@ -37,8 +38,20 @@ def _parser() -> argparse.ArgumentParser:
         help="use these etcd URLs instead of starting one (remembered; '' goes back to a local etcd)",
     )
     up.add_argument("--port", type=int, help=f"apiserver secure port (default {DEFAULT_PORT}, then remembered)")
-    with_state_dir(commands.add_parser("down", help="stop the local cluster, keep its data"))
+    count = up.add_mutually_exclusive_group()
+    count.add_argument("--nodes", type=int,
+                       help=f"real nodes: a netns, containerd, kubelet, kube-proxy each (default 1, at most "
+                            f"{MAX_NODES}, then remembered)")
+    count.add_argument("--no-nodes", dest="nodes", action="store_const", const=0, help="the control plane only")
+    up.add_argument("--hollow-nodes", type=int, help="simulated nodes in one process (default 0, then remembered)")
+    up.add_argument("--proxy-mode", choices=PROXY_MODES, help="kube-proxy mode (default iptables, then remembered)")
+    with_state_dir(commands.add_parser("down", help="stop the local cluster and its pods, keep its data"))
     with_state_dir(commands.add_parser("status", help="show each process and whether it is ready"))
+
+    image = commands.add_parser("image", help="manage images on the nodes")
+    image_commands = image.add_subparsers(dest="image_command", required=True, metavar="COMMAND")
+    load = with_state_dir(image_commands.add_parser("load", help="import an image archive into every real node"))
+    load.add_argument("archive", type=Path, metavar="FILE.tar", help="a docker-save or OCI archive")
 
     pki = commands.add_parser("pki", help="write a CA, apiserver serving cert and admin kubeconfig")
     pki.add_argument("--dir", type=Path, default=Path("/etc/pyk8s"), help="output directory (default /etc/pyk8s)")
@@ -58,13 +71,22 @@ def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "up":
         try:
-            print(asyncio.run(local.up(args.state_dir, args.port, args.etcd_servers)))
+            request = local.Request(port=args.port, etcd_servers=args.etcd_servers, nodes=args.nodes,
+                                    hollow_nodes=args.hollow_nodes, proxy_mode=args.proxy_mode)
+            print(asyncio.run(local.up(args.state_dir, request)))
         except local.UpError as error:
             print(f"pyk8s up failed: {error}", file=sys.stderr)
             return 1
         return 0
     if args.command == "down":
         print("\n".join(asyncio.run(local.down(args.state_dir))) or "nothing was running")
+        return 0
+    if args.command == "image":
+        try:
+            print("\n".join(asyncio.run(local.load_image(args.state_dir, args.archive))))
+        except local.UpError as error:
+            print(f"pyk8s image load failed: {error}", file=sys.stderr)
+            return 1
         return 0
     if args.command == "status":
         rows = asyncio.run(local.status(args.state_dir))

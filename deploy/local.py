@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import datetime
 import os
+import shutil
 import signal
 import ssl
 import subprocess
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -15,8 +17,11 @@ from pathlib import Path
 
 import httpx
 
+from deploy import nodes
 from deploy.bootstrap import ADMIN, apiserver_hosts, ensure_pki, write_kubeconfig
-from deploy.processes import SPECS, ProcessSpec, State, child_env, free_port, port_in_use
+from deploy.nodes import NetworkError, NodeNet
+from deploy.processes import HOLLOW_PREFIX, ProcessSpec, child_env, specs
+from deploy.state import PROXY_MODES, State, free_port, port_in_use
 
 POLL = 0.05
 STOP_TIMEOUT = 10.0
@@ -35,8 +40,8 @@ class ProcessStatus:
     ready: bool
 
 
-def enabled_specs(state: State) -> list[ProcessSpec]:
-    return [spec for spec in SPECS if spec.enabled(state)]
+def enabled_specs(state: State, node_nets: list[NodeNet] | None = None) -> list[ProcessSpec]:
+    return [spec for spec in specs(state, node_nets) if spec.enabled(state)]
 
 
 def _proc_alive(pid: int, state: State) -> bool:
@@ -75,6 +80,14 @@ def _tls_context(state: State) -> ssl.SSLContext:
 
 
 async def probe(http: httpx.AsyncClient, url: str) -> bool:
+    """200 from an http(s) health URL, or an accepted connection on a unix:// socket."""
+    if url.startswith("unix://"):
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_unix_connection(url.removeprefix("unix://")), 2.0)
+        except (OSError, TimeoutError):
+            return False
+        writer.close()
+        return True
     try:
         response = await http.get(url, timeout=2.0)
     except httpx.HTTPError:
@@ -82,36 +95,83 @@ async def probe(http: httpx.AsyncClient, url: str) -> bool:
     return response.status_code == 200
 
 
-def _assign_ports(state: State, port: int | None, etcd_servers: list[str] | None) -> None:
-    """Pick etcd's ports once and keep them; re-pick only if another program took them meanwhile."""
+@dataclass(frozen=True)
+class Request:
+    """What `pyk8s up` was asked for; None keeps what the state dir remembers."""
+
+    port: int | None = None
+    etcd_servers: list[str] | None = None
+    nodes: int | None = None
+    hollow_nodes: int | None = None
+    proxy_mode: str | None = None
+
+
+def _apply(state: State, request: Request) -> None:
     s = state.settings
-    if port is not None:
-        s.port = port
-    if etcd_servers is not None:
-        s.etcd_servers = etcd_servers
-    for spec in SPECS:
+    if request.port is not None:
+        s.port = request.port
+    if request.etcd_servers is not None:
+        s.etcd_servers = request.etcd_servers
+    if request.nodes is not None:
+        if not 0 <= request.nodes <= nodes.MAX_NODES:
+            raise UpError(f"--nodes must be between 0 and {nodes.MAX_NODES}")
+        s.nodes = request.nodes
+    if request.hollow_nodes is not None:
+        s.hollow_nodes = max(request.hollow_nodes, 0)
+    if request.proxy_mode is not None:
+        if request.proxy_mode not in PROXY_MODES:
+            raise UpError(f"--proxy-mode must be one of {', '.join(PROXY_MODES)}")
+        s.proxy_mode = request.proxy_mode
+
+
+def _assign_ports(state: State) -> None:
+    """Pick ports once and keep them; re-pick only if another program took them meanwhile."""
+    s = state.settings
+    taken: set[int] = set()
+
+    def pick(current: int) -> int:
+        port = current
+        while not port or port in taken or port_in_use(port):
+            port = free_port()
+        taken.add(port)
+        return port
+
+    for spec in specs(state):
         if spec.health_port and running_pid(state, spec.name) is None:
-            current = s.component_ports.get(spec.name)
-            if not current or port_in_use(current):
-                s.component_ports[spec.name] = free_port()
+            s.component_ports[spec.name] = pick(s.component_ports.get(spec.name, 0))
+        elif spec.health_port:
+            taken.add(s.component_ports[spec.name])
+    if s.nodes and running_pid(state, "cluster-dns") is None:
+        s.dns_port = pick(s.dns_port)
     if state.external_etcd or running_pid(state, "etcd") is not None:
         return
-    if not s.etcd_client_port or port_in_use(s.etcd_client_port):
-        s.etcd_client_port = free_port()
-    if not s.etcd_peer_port or port_in_use(s.etcd_peer_port) or s.etcd_peer_port == s.etcd_client_port:
-        s.etcd_peer_port = free_port()
+    s.etcd_client_port = pick(s.etcd_client_port)
+    s.etcd_peer_port = pick(s.etcd_peer_port)
 
 
-def _check_ports(state: State, specs: Iterable[ProcessSpec]) -> None:
+def _check_ports(state: State, wanted: Iterable[ProcessSpec]) -> None:
     clashes = [
         f"{spec.name} cannot listen on 127.0.0.1:{port}: another program uses it"
-        for spec in specs
+        for spec in wanted
         if running_pid(state, spec.name) is None
         for port in spec.listens(state)
         if port_in_use(port)
     ]
     if clashes:
         raise UpError("\n".join([*clashes, "(pyk8s up --port N moves the apiserver)"]))
+
+
+def _argv_file(state: State, name: str) -> Path:
+    return state.root / "run" / f"{name}.argv"
+
+
+def _argv_changed(state: State, spec: ProcessSpec) -> bool:
+    """The running process was started with another command line (other nodes, proxy mode, port...)."""
+    try:
+        old = _argv_file(state, spec.name).read_text()
+    except FileNotFoundError:
+        return False
+    return old != "\0".join(spec.argv(state))
 
 
 def _launch(state: State, spec: ProcessSpec) -> subprocess.Popen[bytes]:
@@ -144,13 +204,14 @@ def _launch(state: State, spec: ProcessSpec) -> subprocess.Popen[bytes]:
         except OSError as error:
             raise UpError(f"{spec.name} could not start: {error}") from None
     state.pid_file(spec.name).write_text(f"{proc.pid}\n")
+    _argv_file(state, spec.name).write_text("\0".join(argv))
     return proc
 
 
 async def _wait_ready(
     state: State, spec: ProcessSpec, http: httpx.AsyncClient, proc: subprocess.Popen[bytes] | None
 ) -> None:
-    url = spec.health_url(state)
+    url = spec.health(state)
     deadline = time.monotonic() + spec.ready_timeout
     while not await probe(http, url):
         if proc is not None and proc.poll() is not None:
@@ -167,51 +228,163 @@ async def _wait_ready(
         await asyncio.sleep(POLL)
 
 
-async def up(state_dir: Path, port: int | None = None, etcd_servers: list[str] | None = None) -> str:
+def _check_host(state: State) -> None:
+    """Real nodes need root (namespaces, mounts) and the container tools; say so before starting anything."""
+    if not state.settings.nodes:
+        return
+    if os.geteuid() != 0:
+        raise UpError("real nodes need root (network namespaces, containerd); use --no-nodes or run as root")
+    missing = [tool for tool in ("containerd", "runc", "ctr", "nsenter", "ip", "iptables", "nft")
+               if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists()]
+    if not Path("/usr/lib/cni/bridge").exists():
+        missing.append("/usr/lib/cni/bridge (containernetworking-plugins)")
+    if missing:
+        raise UpError(f"missing for real nodes: {', '.join(missing)} (run deploy/install.sh, or use --no-nodes)")
+
+
+async def _stop_processes(state: State, wanted: list[ProcessSpec], report: list[str]) -> None:
+    """Stop in reverse start order (API clients before the apiserver before etcd), with each stop hook."""
+    for spec in reversed(wanted):
+        pid = running_pid(state, spec.name)
+        if spec.before_stop is not None and pid is not None:
+            await spec.before_stop(state)
+        if pid is None:
+            if state.pid_file(spec.name).exists():
+                report.append(f"{spec.name}: was not running")
+            state.pid_file(spec.name).unlink(missing_ok=True)
+        else:
+            killed = await _stop(pid, state)
+            state.pid_file(spec.name).unlink(missing_ok=True)
+            report.append(f"{spec.name}: stopped (pid {pid}{', killed' if killed else ''})")
+        if spec.after_stop is not None:
+            await spec.after_stop(state)
+
+
+async def _retire_nodes(state: State, report: list[str]) -> list[NodeNet]:
+    """Nodes a smaller --nodes dropped: stop their processes and pods, remove their network."""
+    current = {node.name for node in nodes.node_nets(state)}
+    retired = [node for node in nodes.known_node_nets(state) if node.name not in current]
+    if retired:
+        node_procs = [spec for spec in specs(state, retired) if spec.node]
+        await _stop_processes(state, node_procs, report)
+        report.extend(await nodes.remove_network(state, retired, bridge=not state.settings.nodes))
+    return retired
+
+
+async def _switch_proxy_mode(state: State, previous: str, report: list[str]) -> None:
+    """Another --proxy-mode: stop the running proxies and remove the old mode's rules from each node."""
+    if previous == state.settings.proxy_mode:
+        return
+    proxies = [spec for spec in enabled_specs(state) if spec.name.startswith("kube-proxy-")]
+    await _stop_processes(state, proxies, report)
+    for node in nodes.node_nets(state):
+        if nodes.netns_exists(node.netns):
+            await nodes.run(sys.executable, "-m", "proxy_agent", "--cleanup",
+                            f"--iptables-binary={node.bin_dir / 'iptables'}", f"--nft-binary={node.bin_dir / 'nft'}",
+                            check=False)
+
+
+async def up(state_dir: Path, request: Request | None = None) -> str:
     """Start whatever is not running, wait until all is ready, write the kubeconfig; return a summary.
 
     Components start as soon as the ones they need are ready, so independent ones come up in parallel.
     """
     started = time.monotonic()
+    request = request or Request()
     state = State.load(state_dir)
-    _assign_ports(state, port, etcd_servers)
+    previous_mode, previous_hollow = state.settings.proxy_mode, state.settings.hollow_nodes
+    _apply(state, request)
+    _check_host(state)
+    try:
+        if state.settings.nodes:
+            await nodes.choose_segment(state)
+    except NetworkError as error:
+        raise UpError(str(error)) from None
+    _assign_ports(state)
     state.save()
     ensure_pki(state.pki, apiserver_hosts())
     write_kubeconfig(state.kubeconfig, state.server, state.pki)
 
-    specs = enabled_specs(state)
-    _check_ports(state, specs)
-    names = {spec.name for spec in specs}
-    ready = {spec.name: asyncio.Event() for spec in specs}
+    wanted = enabled_specs(state)
+    _check_ports(state, wanted)
+    changes: list[str] = []
+    await _stop_processes(state, [spec for spec in specs(state) if not spec.enabled(state)], changes)
+    retired = await _retire_nodes(state, changes)
+    await _switch_proxy_mode(state, previous_mode, changes)
+    # gcc builds the pause image while the control plane starts; each node's containerd imports it.
+    prebuild = asyncio.create_task(nodes.image_archives(state)) if state.settings.nodes else None
+    if prebuild is not None:
+        # A failed build is reported by the import that needs it, not as an unretrieved task error.
+        prebuild.add_done_callback(lambda task: task.cancelled() or task.exception())
+    try:
+        if state.settings.nodes:
+            await nodes.ensure_network(state, nodes.node_nets(state))
+    except (NetworkError, OSError) as error:
+        raise UpError(f"node network: {error}") from None
+
+    names = {spec.name for spec in wanted}
+    ready = {spec.name: asyncio.Event() for spec in wanted}
     launched: list[str] = []
 
     async def bring_up(spec: ProcessSpec, http: httpx.AsyncClient) -> None:
         for need in spec.needs:
             if need in names:
                 await ready[need].wait()
-        proc = None
-        if running_pid(state, spec.name) is None:
-            proc = _launch(state, spec)
-            launched.append(spec.name)
-        await _wait_ready(state, spec, http, proc)
+        try:
+            if spec.prepare is not None:
+                await spec.prepare(state, http)
+            proc = None
+            pid = running_pid(state, spec.name)
+            if pid is not None and _argv_changed(state, spec):
+                await _stop(pid, state)
+                changes.append(f"{spec.name}: restarted (its command line changed)")
+                pid = None
+            if pid is None:
+                proc = _launch(state, spec)
+                launched.append(spec.name)
+            await _wait_ready(state, spec, http, proc)
+            if proc is not None and spec.after_ready is not None:
+                await spec.after_ready(state, http)
+        except (NetworkError, RuntimeError, OSError, subprocess.SubprocessError, httpx.HTTPError) as error:
+            raise UpError(f"{spec.name}: {error}") from None
         ready[spec.name].set()
+
+    async def forget_nodes(http: httpx.AsyncClient) -> None:
+        """Node objects of real nodes retired above and of hollow nodes a smaller --hollow-nodes dropped."""
+        await ready["apiserver"].wait()
+        gone = [node.name for node in retired]
+        gone += [f"{HOLLOW_PREFIX}-{i}" for i in range(state.settings.hollow_nodes, previous_hollow)]
+        for name in gone:
+            await nodes.delete_node(state, http, name)
 
     async with httpx.AsyncClient(verify=_tls_context(state)) as http:
         try:
             async with asyncio.TaskGroup() as group:
-                for spec in specs:
+                for spec in wanted:
                     group.create_task(bring_up(spec, http))
+                if retired or previous_hollow > state.settings.hollow_nodes:
+                    group.create_task(forget_nodes(http))
         except* UpError as errors:
             hint = f"Whatever did start keeps running; stop it with: pyk8s down --state-dir {state.root}"
             raise UpError("\n".join([*(str(e) for e in errors.exceptions), hint])) from None
+        finally:
+            if prebuild is not None and not prebuild.done():
+                prebuild.cancel()
 
     elapsed = time.monotonic() - started
     headline = f"pyk8s is up in {elapsed:.1f}s (started {', '.join(launched)})" if launched else "pyk8s is already up"
-    return f"{headline}: {state.server}\n{usage(state)}"
+    return "\n".join([*changes, f"{headline}: {state.server}", _nodes_line(state), usage(state)])
+
+
+def _nodes_line(state: State) -> str:
+    s = state.settings
+    real = ", ".join(f"{n.name} ({n.ip}, netns {n.netns})" for n in nodes.node_nets(state)) or "none"
+    hollow = f"; hollow nodes: {s.hollow_nodes}" if s.hollow_nodes else ""
+    return f"nodes: {real}{hollow}; kube-proxy mode {s.proxy_mode}"
 
 
 def usage(state: State) -> str:
-    return f"To use it:\n  export KUBECONFIG={state.kubeconfig}\n  kubectl get ns"
+    return f"To use it:\n  export KUBECONFIG={state.kubeconfig}\n  kubectl get nodes"
 
 
 async def _stop(pid: int, state: State) -> bool:
@@ -231,34 +404,46 @@ async def _stop(pid: int, state: State) -> bool:
 
 
 async def down(state_dir: Path) -> list[str]:
-    """Stop in reverse start order (API clients before the apiserver before etcd); data stays."""
+    """Stop every process, the nodes' pods and containerd; delete the node network by exact name; data stays."""
     state = State.load(state_dir)
-    report = []
-    for spec in reversed(SPECS):
-        pid = running_pid(state, spec.name)
-        if pid is None:
-            if state.pid_file(spec.name).exists():
-                report.append(f"{spec.name}: was not running")
-            state.pid_file(spec.name).unlink(missing_ok=True)
-            continue
-        killed = await _stop(pid, state)
-        state.pid_file(spec.name).unlink(missing_ok=True)
-        report.append(f"{spec.name}: stopped (pid {pid}{', killed' if killed else ''})")
+    report: list[str] = []
+    await _stop_processes(state, specs(state, nodes.known_node_nets(state)), report)
+    report.extend(await nodes.remove_network(state, nodes.known_node_nets(state), bridge=True))
     return report
 
 
 async def status(state_dir: Path) -> list[ProcessStatus]:
     state = State.load(state_dir)
-    specs = enabled_specs(state)
+    wanted = enabled_specs(state)
     has_pki = state.pki.ca[0].exists() and state.pki.client(ADMIN)[0].exists()
     async with httpx.AsyncClient(verify=_tls_context(state) if has_pki else True) as http:
 
         async def one(spec: ProcessSpec) -> ProcessStatus:
             pid = running_pid(state, spec.name)
-            ready = pid is not None and await probe(http, spec.health_url(state))
+            ready = pid is not None and await probe(http, spec.health(state))
             return ProcessStatus(spec, pid, pid is not None, ready)
 
-        return list(await asyncio.gather(*(one(spec) for spec in specs)))
+        return list(await asyncio.gather(*(one(spec) for spec in wanted)))
+
+
+def _existing_file(path: Path) -> Path:
+    if not path.is_file():
+        raise UpError(f"{path}: no such file")
+    return path.resolve()
+
+
+async def load_image(state_dir: Path, archive: Path) -> list[str]:
+    """`pyk8s image load`: import a docker/OCI archive into every real node's containerd, like `kind load`."""
+    state = State.load(state_dir)
+    targets = [n for n in nodes.node_nets(state) if running_pid(state, f"containerd-{n.name}") is not None]
+    if not targets:
+        raise UpError("no real node is running; start them with: pyk8s up")
+    path = _existing_file(archive)
+    try:
+        await asyncio.gather(*(nodes.import_images(state, n, [path]) for n in targets))
+    except RuntimeError as error:
+        raise UpError(str(error)) from None
+    return [f"{archive} imported into {n.name}" for n in targets]
 
 
 def format_status(rows: Iterable[ProcessStatus]) -> str:

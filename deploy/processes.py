@@ -1,120 +1,63 @@
-"""What `pyk8s up` runs: the state directory and one ProcessSpec per component.
+"""What `pyk8s up` runs: one ProcessSpec per component, the node ones repeated per node.
 
-A component joins the local cluster by adding one entry to SPECS: how to launch it, where it answers
-health checks, and which components must be ready first.
+A component joins the local cluster by adding one entry to `specs`: how to launch it, where it answers
+health checks, which components must be ready first, and what to do around its start and stop.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
 import sys
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
+import httpx
 
-from deploy.bootstrap import CLUSTER_CIDR, SERVICE_CIDR, PkiDir
+from deploy import nodes
+from deploy.bootstrap import CLUSTER_CIDR, SERVICE_CIDR
+from deploy.nodes import NodeNet
+from deploy.state import DEFAULT_PORT, Settings, State, free_port, port_in_use
+
+__all__ = ["DEFAULT_PORT", "ProcessSpec", "Settings", "State", "child_env", "free_port", "port_in_use", "specs"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PORT = 6443
+#: Hollow nodes are named <prefix>-0 .. <prefix>-(N-1).
+HOLLOW_PREFIX = "hollow"
 
-
-@dataclass
-class Settings:
-    """Choices that must survive `down` + `up`: ports baked into etcd's member data and the API URL."""
-
-    port: int = DEFAULT_PORT
-    etcd_servers: list[str] = field(default_factory=list)
-    etcd_client_port: int = 0
-    etcd_peer_port: int = 0
-    #: Health/metrics ports of the components that serve one, picked once like etcd's.
-    component_ports: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class State:
-    """The state directory: PKI, logs, pid files, etcd data, kubeconfig and settings."""
-
-    root: Path
-    settings: Settings
-
-    @classmethod
-    def load(cls, root: Path) -> State:
-        root = root.resolve()
-        try:
-            settings = Settings(**orjson.loads((root / "cluster.json").read_bytes()))
-        except FileNotFoundError:
-            settings = Settings()
-        return cls(root, settings)
-
-    def save(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        (self.root / "cluster.json").write_bytes(orjson.dumps(asdict(self.settings), option=orjson.OPT_INDENT_2))
-
-    @property
-    def pki(self) -> PkiDir:
-        return PkiDir(self.root / "pki")
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.root / "kubeconfig"
-
-    def log_file(self, name: str) -> Path:
-        return self.root / "logs" / f"{name}.log"
-
-    def pid_file(self, name: str) -> Path:
-        return self.root / "run" / f"{name}.pid"
-
-    @property
-    def external_etcd(self) -> bool:
-        return bool(self.settings.etcd_servers)
-
-    @property
-    def etcd_servers(self) -> list[str]:
-        return self.settings.etcd_servers or [f"http://127.0.0.1:{self.settings.etcd_client_port}"]
-
-    @property
-    def server(self) -> str:
-        return f"https://127.0.0.1:{self.settings.port}"
+Hook = Callable[[State, httpx.AsyncClient], Awaitable[None]]
+StopHook = Callable[[State], Awaitable[None]]
 
 
 @dataclass(frozen=True)
 class ProcessSpec:
-    """One component of the local cluster.
+    """One process of the local cluster.
 
     `argv` is built from the state so every command line names the state directory, which is how a pid
     file is told apart from an unrelated process that reused the pid. `listens` lists the ports it
     binds, checked before anything starts so a clash fails fast instead of leaving half a cluster.
+    `health` is an http(s) URL answering 200 when ready, or unix:///path of a socket that accepts.
+    `prepare` runs on every `up` once `needs` are ready, before the process is started if it is not
+    running; `after_ready` runs once a freshly started process is ready; `before_stop`/`after_stop`
+    bracket its stop in `down`.
     """
 
     name: str
     argv: Callable[[State], list[str]]
-    health_url: Callable[[State], str]
+    health: Callable[[State], str]
     needs: tuple[str, ...] = ()
     enabled: Callable[[State], bool] = lambda state: True
     listens: Callable[[State], tuple[int, ...]] = lambda state: ()
     ready_timeout: float = 30.0
     #: The component serves /healthz on a port of its own, picked on first `up` and kept.
     health_port: bool = False
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_in_use(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-        return False
+    prepare: Hook | None = None
+    after_ready: Hook | None = None
+    before_stop: StopHook | None = None
+    after_stop: StopHook | None = None
+    #: The real node this process belongs to ("" for cluster-wide ones).
+    node: str = ""
 
 
 def etcd_binary() -> str:
@@ -161,8 +104,16 @@ def _apiserver_argv(state: State) -> list[str]:
     ]
 
 
-def _health_port(state: State, name: str) -> int:
+def health_port(state: State, name: str) -> int:
     return state.settings.component_ports[name]
+
+
+def _local_health(name: str, path: str = "/healthz") -> Callable[[State], str]:
+    return lambda state: f"http://127.0.0.1:{health_port(state, name)}{path}"
+
+
+def _own_port(name: str) -> Callable[[State], tuple[int, ...]]:
+    return lambda state: (health_port(state, name),)
 
 
 def _component(module: str, name: str, *extra: str) -> Callable[[State], list[str]]:
@@ -170,7 +121,7 @@ def _component(module: str, name: str, *extra: str) -> Callable[[State], list[st
 
     def argv(state: State) -> list[str]:
         return [*_python(module), f"--kubeconfig={state.kubeconfig}", "--bind-address=127.0.0.1",
-                f"--secure-port={_health_port(state, name)}", *extra]
+                f"--secure-port={health_port(state, name)}", *extra]
 
     return argv
 
@@ -181,30 +132,142 @@ def _controller_manager_argv(state: State) -> list[str]:
             f"--cluster-cidr={CLUSTER_CIDR}", "--allocate-node-cidrs=true"]
 
 
-SPECS: tuple[ProcessSpec, ...] = (
+def _noderoutes_argv(state: State) -> list[str]:
+    pairs = [f"--netns={n.name}={n.netns}" for n in nodes.node_nets(state)]
+    return [*_component("deploy.noderoutes", "noderoutes")(state), f"--node-subnet={state.settings.node_subnet}",
+            *pairs]
+
+
+def _dns_argv(state: State) -> list[str]:
+    return [*_python("proxy_agent.dns"), f"--kubeconfig={state.kubeconfig}",
+            f"--bind-address={nodes.bridge_ip(state)}", f"--port={state.settings.dns_port}",
+            f"--health-port={health_port(state, 'cluster-dns')}", "--health-bind-address=127.0.0.1",
+            "--resolv-conf=/etc/resolv.conf"]
+
+
+def _hollow_argv(state: State) -> list[str]:
+    return [*_python("kubelet_agent"), f"--kubeconfig={state.kubeconfig}",
+            f"--hollow-nodes={state.settings.hollow_nodes}", f"--hostname-override={HOLLOW_PREFIX}",
+            f"--root-dir={state.root / 'hollow'}", f"--healthz-port={health_port(state, 'hollow-nodes')}",
+            "--healthz-bind-address=127.0.0.1"]
+
+
+def _has_nodes(state: State) -> bool:
+    return state.settings.nodes > 0
+
+
+CONTROL_PLANE: tuple[ProcessSpec, ...] = (
     ProcessSpec(
         name="etcd",
         argv=_etcd_argv,
-        health_url=lambda state: f"{state.etcd_servers[0]}/health",
+        health=lambda state: f"{state.etcd_servers[0]}/health",
         enabled=lambda state: not state.external_etcd,
         listens=lambda state: (state.settings.etcd_client_port, state.settings.etcd_peer_port),
     ),
     ProcessSpec(
         name="apiserver",
         argv=_apiserver_argv,
-        health_url=lambda state: f"{state.server}/readyz",
+        health=lambda state: f"{state.server}/readyz",
         needs=("etcd",),
         listens=lambda state: (state.settings.port,),
     ),
     ProcessSpec(
         name="controller-manager",
         argv=_controller_manager_argv,
-        health_url=lambda state: f"http://127.0.0.1:{_health_port(state, 'controller-manager')}/healthz",
+        health=_local_health("controller-manager"),
         needs=("apiserver",),
-        listens=lambda state: (_health_port(state, "controller-manager"),),
+        listens=_own_port("controller-manager"),
+        health_port=True,
+    ),
+    ProcessSpec(
+        name="scheduler",
+        argv=_component("scheduler", "scheduler", "--leader-elect=true"),
+        health=_local_health("scheduler"),
+        needs=("apiserver",),
+        listens=_own_port("scheduler"),
+        health_port=True,
+    ),
+    ProcessSpec(
+        name="cluster-dns",
+        argv=_dns_argv,
+        health=_local_health("cluster-dns", "/readyz"),
+        needs=("apiserver",),
+        enabled=_has_nodes,
+        listens=_own_port("cluster-dns"),
+        health_port=True,
+        prepare=nodes.ensure_kube_dns,
+    ),
+    ProcessSpec(
+        name="noderoutes",
+        argv=_noderoutes_argv,
+        health=_local_health("noderoutes", "/readyz"),
+        needs=("apiserver",),
+        enabled=_has_nodes,
+        listens=_own_port("noderoutes"),
+        health_port=True,
+    ),
+    ProcessSpec(
+        name="hollow-nodes",
+        argv=_hollow_argv,
+        health=_local_health("hollow-nodes", "/readyz"),
+        needs=("apiserver",),
+        enabled=lambda state: state.settings.hollow_nodes > 0,
+        listens=_own_port("hollow-nodes"),
+        ready_timeout=120.0,
         health_port=True,
     ),
 )
+
+
+def node_specs(node: NodeNet) -> tuple[ProcessSpec, ...]:
+    """containerd, kubelet and kube-proxy of one real node."""
+    containerd, kubelet, proxy = f"containerd-{node.name}", f"kubelet-{node.name}", f"kube-proxy-{node.name}"
+
+    async def import_images(state: State, _http: httpx.AsyncClient) -> None:
+        await nodes.import_images(state, node)
+
+    async def stop_pods(_state: State) -> None:
+        await nodes.stop_pods(node)
+
+    async def clean_up(_state: State) -> None:
+        nodes.kill_leftovers(node)
+        await nodes.unmount_under(node.dir)
+
+    async def pod_cidr(state: State, http: httpx.AsyncClient) -> None:
+        await nodes.ensure_pod_cidr(state, http, node)
+
+    def kubelet_argv(state: State) -> list[str]:
+        return [*_python("kubelet_agent"), f"--kubeconfig={state.kubeconfig}", f"--hostname-override={node.name}",
+                f"--node-ip={node.ip}", f"--container-runtime-endpoint={node.endpoint}",
+                f"--cluster-dns={nodes.CLUSTER_DNS_IP}", f"--cni-conf-dir={node.cni_conf_dir}",
+                f"--root-dir={node.kubelet_dir}", f"--node-netns={node.netns_path}",
+                f"--healthz-port={health_port(state, kubelet)}", "--healthz-bind-address=127.0.0.1"]
+
+    def proxy_argv(state: State) -> list[str]:
+        return [*_python("proxy_agent"), f"--kubeconfig={state.kubeconfig}", f"--hostname-override={node.name}",
+                f"--proxy-mode={state.settings.proxy_mode}", f"--cluster-cidr={CLUSTER_CIDR}",
+                f"--iptables-binary={node.bin_dir / 'iptables'}", f"--nft-binary={node.bin_dir / 'nft'}",
+                f"--healthz-bind-address=127.0.0.1:{health_port(state, proxy)}",
+                "--metrics-bind-address=127.0.0.1:0"]
+
+    return (
+        ProcessSpec(name=containerd, argv=lambda state: nodes.containerd_argv(node),
+                    health=lambda state: f"unix://{node.socket}", after_ready=import_images,
+                    before_stop=stop_pods, after_stop=clean_up, ready_timeout=60.0, node=node.name),
+        ProcessSpec(name=kubelet, argv=kubelet_argv, health=_local_health(kubelet, "/readyz"),
+                    needs=("controller-manager", containerd), listens=_own_port(kubelet), health_port=True,
+                    prepare=pod_cidr, ready_timeout=60.0, node=node.name),
+        ProcessSpec(name=proxy, argv=proxy_argv, health=_local_health(proxy), needs=("apiserver",),
+                    listens=_own_port(proxy), health_port=True, ready_timeout=60.0, node=node.name),
+    )
+
+
+def specs(state: State, node_nets: list[NodeNet] | None = None) -> list[ProcessSpec]:
+    """Every process of the cluster in start order: the control plane, then each real node's."""
+    out = list(CONTROL_PLANE)
+    for node in nodes.node_nets(state) if node_nets is None else node_nets:
+        out.extend(node_specs(node))
+    return out
 
 
 def child_env() -> dict[str, str]:

@@ -13,7 +13,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from deploy.processes import SPECS
+from deploy.local import enabled_specs
+from deploy.state import State
 
 REQUIRED_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
 TIME_TO_READY_LIMIT = 20.0
@@ -69,9 +70,14 @@ async def state_dir(tmp_path: Path) -> AsyncIterator[Path]:
     await pyk8s("down", "--state-dir", str(directory))
 
 
+def process_names(state_dir: Path) -> list[str]:
+    return [spec.name for spec in enabled_specs(State.load(state_dir))]
+
+
 async def up(state_dir: Path, *extra: str) -> tuple[float, str]:
+    """The control plane only: real nodes have tests of their own (test_cluster_up.py)."""
     started = time.monotonic()
-    code, out, err = await pyk8s("up", "--state-dir", str(state_dir), *extra)
+    code, out, err = await pyk8s("up", "--state-dir", str(state_dir), "--no-nodes", *extra)
     elapsed = time.monotonic() - started
     assert code == 0, f"pyk8s up failed:\n{out}\n{err}"
     return elapsed, out
@@ -98,7 +104,7 @@ async def test_up_kubectl_down_up_keeps_data(state_dir: Path, record_property: C
     code, status_out, _ = await pyk8s("status", "--state-dir", str(state_dir))
     assert code == 0, status_out
     rows = {line.split()[0]: line.split()[1:] for line in status_out.splitlines()[1:]}
-    assert set(rows) == {spec.name for spec in SPECS}
+    assert set(rows) == set(process_names(state_dir)) >= {"etcd", "apiserver", "controller-manager", "scheduler"}
     pids = [int(p.read_text()) for p in (state_dir / "run").glob("*.pid")]
     assert sorted(pids) == sorted(int(r[0]) for r in rows.values())
     assert all(r[1:] == ["yes", "yes"] for r in rows.values()), status_out
@@ -121,7 +127,7 @@ async def test_up_refuses_a_taken_port_before_starting_anything(state_dir: Path)
         blocker.bind(("127.0.0.1", 0))
         blocker.listen()
         port = blocker.getsockname()[1]
-        code, out, err = await pyk8s("up", "--state-dir", str(state_dir), "--port", str(port))
+        code, out, err = await pyk8s("up", "--state-dir", str(state_dir), "--no-nodes", "--port", str(port))
     assert code == 1, out
     assert f"apiserver cannot listen on 127.0.0.1:{port}" in err
     assert not list((state_dir / "run").glob("*.pid"))
@@ -135,7 +141,7 @@ def broken_etcd_data(state_dir: Path) -> None:
 
 @pytest.mark.usefixtures("broken_etcd_data")
 async def test_up_reports_a_crashed_component_with_its_log(state_dir: Path) -> None:
-    code, out, err = await pyk8s("up", "--state-dir", str(state_dir), "--port", str(free_port()))
+    code, out, err = await pyk8s("up", "--state-dir", str(state_dir), "--no-nodes", "--port", str(free_port()))
     assert code == 1, out
     assert "etcd exited with code" in err
     assert f"last lines of {state_dir / 'logs' / 'etcd.log'}" in err
@@ -160,7 +166,7 @@ async def test_second_apiserver_on_external_etcd_sees_the_same_data(state_dir: P
     await up(second_state_dir, "--port", str(free_port()), "--etcd-servers", etcd_url)
     code, status_out, _ = await pyk8s("status", "--state-dir", str(second_state_dir))
     listed = [line.split()[0] for line in status_out.splitlines()[1:]]
-    assert code == 0 and listed == [spec.name for spec in SPECS if spec.name != "etcd"]
+    assert code == 0 and listed == [name for name in process_names(state_dir) if name != "etcd"]
     assert not (second_state_dir / "etcd").exists()
     got = await kubectl(second_state_dir, "get", "configmap", "shared", "-n", "default", "-o", "jsonpath={.data.from}")
     assert got == "first"

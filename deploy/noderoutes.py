@@ -1,0 +1,157 @@
+"""`python -m deploy.noderoutes`: the pod network across the local cluster's nodes, like flannel's host-gw.
+
+One per cluster, started by `pyk8s up`. It watches Nodes and, in each real node's network namespace,
+routes every other node's spec.podCIDR via that node's InternalIP on the node segment, and removes
+the routes of nodes that are gone. Its routes carry a protocol number of their own, so it finds and
+replaces only what it wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import structlog
+
+from services.client import Client, gvr
+from services.informers import Informer
+from services.runtime import base_parser, client_config, run, setup_logging, start_health
+
+log = structlog.get_logger("noderoutes")
+
+NODES = gvr("v1", "nodes", namespaced=False)
+ROUTE_PROTO = "77"
+DEBOUNCE = 0.05
+
+Obj = dict[str, Any]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = base_parser("pyk8s-noderoutes", "Routes each node's pod CIDR to it from every other node.")
+    p.add_argument("--netns", action="append", default=[], metavar="NODE=NETNS",
+                   help="a real node and the network namespace it lives in (repeat per node)")
+    p.add_argument("--node-subnet", required=True,
+                   help="the node segment: only nodes with an InternalIP in it are routed to")
+    p.add_argument("--resync", type=float, default=10.0, help="seconds between full resyncs")
+    return p
+
+
+def routes_by_node(nodes: list[Obj], subnet: ipaddress.IPv4Network) -> dict[str, tuple[str, list[str]]]:
+    """node name -> (InternalIP on the segment, its pod CIDRs), for nodes that have both."""
+    out = {}
+    for node in nodes:
+        spec = node.get("spec") or {}
+        cidrs = list(spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else []))
+        ips = [a.get("address", "") for a in (node.get("status") or {}).get("addresses") or []
+               if a.get("type") == "InternalIP"]
+        on_segment = [ip for ip in ips if _in(ip, subnet)]
+        cidrs = [c for c in cidrs if ipaddress.ip_network(c, strict=False).version == 4]
+        if on_segment and cidrs:
+            out[node["metadata"]["name"]] = (on_segment[0], cidrs)
+    return out
+
+
+def _in(ip: str, subnet: ipaddress.IPv4Network) -> bool:
+    try:
+        return ipaddress.ip_address(ip) in subnet
+    except ValueError:
+        return False
+
+
+def desired_for(node: str, table: dict[str, tuple[str, list[str]]]) -> dict[str, str]:
+    """pod CIDR -> gateway, for every node but `node` itself (its own CIDR sits on its CNI bridge)."""
+    return {cidr: ip for other, (ip, cidrs) in table.items() if other != node for cidr in cidrs}
+
+
+def route_batch(current: dict[str, str], desired: dict[str, str]) -> list[str]:
+    """`ip -batch` lines turning `current` into `desired`."""
+    lines = [f"route replace {cidr} via {gw} proto {ROUTE_PROTO}" for cidr, gw in sorted(desired.items())
+             if current.get(cidr) != gw]
+    lines += [f"route delete {cidr} proto {ROUTE_PROTO}" for cidr in sorted(current) if cidr not in desired]
+    return lines
+
+
+async def _ip(netns: str, *args: str, stdin: bytes | None = None) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        "ip", "-n", netns, *args, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate(stdin)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ip -n {netns} {' '.join(args)}: {err.decode(errors='replace').strip()}")
+    return out.decode()
+
+
+def netns_exists(netns: str) -> bool:
+    """A node that is down has no namespace; its routes come back with it on the next resync."""
+    return Path("/var/run/netns", netns).exists()
+
+
+class RouteSync:
+    def __init__(self, informer: Informer, netns: dict[str, str], subnet: ipaddress.IPv4Network) -> None:
+        self.informer = informer
+        self.netns = netns
+        self.subnet = subnet
+        self.synced = False
+
+    async def sync(self) -> None:
+        table = routes_by_node(self.informer.list(), self.subnet)
+        results = await asyncio.gather(*(self.sync_node(node, ns, table) for node, ns in self.netns.items()),
+                                       return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for error in errors:
+            log.warning("route sync failed", error=str(error))
+        self.synced = self.synced or not errors
+
+    async def sync_node(self, node: str, netns: str, table: dict[str, tuple[str, list[str]]]) -> None:
+        if not netns_exists(netns):
+            return
+        raw = await _ip(netns, "-j", "-4", "route", "show", "proto", ROUTE_PROTO)
+        current = {r["dst"]: r.get("gateway", "") for r in orjson.loads(raw or "[]") if "dst" in r}
+        lines = route_batch(current, desired_for(node, table))
+        if lines:
+            await _ip(netns, "-batch", "-", stdin="\n".join(lines).encode() + b"\n")
+            log.info("routes updated", node=node, netns=netns, changes=lines)
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    netns = dict(item.split("=", 1) for item in args.netns)
+    client = Client(client_config(args, "pyk8s-noderoutes"))
+    informer = Informer(client, NODES)
+    routes = RouteSync(informer, netns, ipaddress.IPv4Network(args.node_subnet))
+    wake = asyncio.Event()
+    informer.add_event_handler(lambda _n: wake.set(), lambda _o, _n: wake.set(), lambda _n: wake.set())
+    health = await start_health(args)
+    if health is not None:
+        health.add_readyz_check("routes", lambda: routes.synced)
+    informer.start()
+    log.info("starting node route sync", nodes=sorted(netns), subnet=args.node_subnet)
+    try:
+        await informer.wait_for_sync()
+        while True:
+            await asyncio.sleep(DEBOUNCE)
+            wake.clear()
+            await routes.sync()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(args.resync):
+                    await wake.wait()
+    finally:
+        await informer.stop()
+        await client.close()
+        if health is not None:
+            await health.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    setup_logging(args)
+    return run(main_async(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

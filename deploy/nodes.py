@@ -1,0 +1,459 @@
+"""Real nodes of the local cluster, the way kind builds them but with network namespaces instead of
+containers: each node is a netns named after the cluster and the node, joined by a veth to a bridge
+of ours on the host (the node segment, where each node has its InternalIP), with its own containerd
+running inside it. The host keeps nothing of ours after `pyk8s down`: every link and namespace is
+created and deleted by its exact name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+import shutil
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from deploy.state import State
+
+#: Node segments are /24s taken from here, one per cluster, avoiding every route the host has.
+SEGMENT_POOL = ipaddress.ip_network("172.30.0.0/16")
+MAX_NODES = 200
+CLUSTER_DNS_IP = "10.96.0.10"
+DNS_SERVICE = ("kube-system", "kube-dns")
+DNS_SLICE = "kube-dns-pyk8s"
+MANAGED_BY = "pyk8s-up"
+POD_CIDR_TIMEOUT = 30.0
+CONTAINERD = "containerd"
+PROXY_TOOLS = ("iptables", "iptables-save", "iptables-restore", "nft")
+SOCKET_PATH_MAX = 100
+
+CONTAINERD_CONFIG = """version = 2
+root = "{root}"
+state = "{state}"
+[grpc]
+  address = "{sock}"
+[ttrpc]
+  address = "{sock}.ttrpc"
+[debug]
+  address = ""
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.10"
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{cni}"
+"""
+
+
+class NetworkError(Exception):
+    """A node network step failed; the message carries the command and its error output."""
+
+
+@dataclass(frozen=True)
+class NodeNet:
+    """Names and paths of one real node; all derived from the state dir, so `down` finds them again."""
+
+    index: int
+    name: str
+    netns: str
+    host_link: str
+    ip: str
+    dir: Path
+
+    @property
+    def netns_path(self) -> str:
+        return f"/var/run/netns/{self.netns}"
+
+    @property
+    def network_marker(self) -> Path:
+        """Written once the namespace is fully set up, so a half-made one is rebuilt, not trusted."""
+        return self.dir / "network.ready"
+
+    @property
+    def containerd_dir(self) -> Path:
+        return self.dir / "containerd"
+
+    @property
+    def containerd_config(self) -> Path:
+        return self.containerd_dir / "config.toml"
+
+    @property
+    def socket(self) -> Path:
+        return self.containerd_dir / "containerd.sock"
+
+    @property
+    def endpoint(self) -> str:
+        return f"unix://{self.socket}"
+
+    @property
+    def cni_conf_dir(self) -> Path:
+        return self.dir / "cni"
+
+    @property
+    def kubelet_dir(self) -> Path:
+        return self.dir / "kubelet"
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.dir / "bin"
+
+
+def bridge_name(state: State) -> str:
+    return f"pk{state.cluster_id}"
+
+
+def segment(state: State) -> ipaddress.IPv4Network:
+    return ipaddress.IPv4Network(state.settings.node_subnet)
+
+
+def bridge_ip(state: State) -> str:
+    return str(segment(state)[1])
+
+
+def node_net(state: State, index: int) -> NodeNet:
+    name = f"node-{index}"
+    return NodeNet(index=index, name=name, netns=f"pyk8s-{state.cluster_id}-{name}",
+                   host_link=f"pk{state.cluster_id}n{index}", ip=str(segment(state)[index + 1]),
+                   dir=state.root / "nodes" / name)
+
+
+def node_nets(state: State) -> list[NodeNet]:
+    """The nodes `up` runs now; none before the segment is chosen (nothing was set up yet)."""
+    if not state.settings.node_subnet:
+        return []
+    return [node_net(state, i) for i in range(1, state.settings.nodes + 1)]
+
+
+def known_node_nets(state: State) -> list[NodeNet]:
+    """Every node this state dir ever had (its directory exists), including ones `--nodes` dropped since."""
+    if not state.settings.node_subnet:
+        return []
+    indexes = {int(d.name.removeprefix("node-")) for d in (state.root / "nodes").glob("node-*")
+               if d.name.removeprefix("node-").isdigit()}
+    indexes.update(range(1, state.settings.nodes + 1))
+    return [node_net(state, i) for i in sorted(indexes)]
+
+
+async def run(*argv: str, check: bool = True, stdin: bytes | None = None) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate(stdin)
+    if check and proc.returncode != 0:
+        raise NetworkError(f"{' '.join(argv)} failed: {(err or out).decode(errors='replace').strip()}")
+    return out.decode(errors="replace")
+
+
+def link_exists(name: str) -> bool:
+    return Path("/sys/class/net", name).exists()
+
+
+def netns_exists(name: str) -> bool:
+    return Path("/var/run/netns", name).exists()
+
+
+async def _host_networks() -> list[ipaddress.IPv4Network]:
+    """Every IPv4 destination the host routes (all tables), so a new segment shadows none of them."""
+    routes = orjson.loads(await run("ip", "-j", "-4", "route", "show", "table", "all") or "[]")
+    out = []
+    for route in routes:
+        dst = route.get("dst", "")
+        if dst and dst != "default":
+            with contextlib.suppress(ValueError):
+                out.append(ipaddress.IPv4Network(dst, strict=False))
+    return out
+
+
+async def choose_segment(state: State) -> None:
+    """Pick the node segment once; pick again only if ours is gone and someone else now uses it."""
+    s = state.settings
+    if s.node_subnet and link_exists(bridge_name(state)):
+        return
+    taken = await _host_networks()
+    if s.node_subnet and not any(n.overlaps(segment(state)) for n in taken):
+        return
+    subnets = list(SEGMENT_POOL.subnets(new_prefix=24))
+    start = int(state.cluster_id, 16) % len(subnets)
+    for k in range(len(subnets)):
+        candidate = subnets[(start + k) % len(subnets)]
+        if not any(n.overlaps(candidate) for n in taken):
+            s.node_subnet = str(candidate)
+            return
+    raise NetworkError(f"no free /24 for the node segment in {SEGMENT_POOL}")
+
+
+async def ensure_network(state: State, nodes: list[NodeNet]) -> None:
+    """The bridge and each node's netns with its veth, address, routes and sysctls; existing parts stay."""
+    bridge = bridge_name(state)
+    prefix = segment(state).prefixlen
+    batch = []
+    if not link_exists(bridge):
+        batch.append(f"link add {bridge} type bridge")
+    batch += [f"addr replace {bridge_ip(state)}/{prefix} dev {bridge}", f"link set {bridge} up"]
+    fresh = []
+    for node in nodes:
+        if netns_exists(node.netns) and link_exists(node.host_link) and node.network_marker.exists():
+            # Re-attach in case the bridge was deleted and made again under the existing links.
+            batch.append(f"link set {node.host_link} master {bridge} up")
+            continue
+        if netns_exists(node.netns):
+            batch.append(f"netns delete {node.netns}")
+        if link_exists(node.host_link):
+            batch.append(f"link delete {node.host_link}")
+        batch += [
+            f"netns add {node.netns}",
+            f"link add {node.host_link} type veth peer name eth0 netns {node.netns}",
+            f"link set {node.host_link} master {bridge} up",
+        ]
+        fresh.append(node)
+    await run("ip", "-batch", "-", stdin="\n".join(batch).encode() + b"\n")
+    for node in fresh:
+        inside = ["link set lo up", f"addr add {node.ip}/{prefix} dev eth0", "link set eth0 up",
+                  f"route add default via {bridge_ip(state)}"]
+        await run("ip", "-n", node.netns, "-batch", "-", stdin="\n".join(inside).encode() + b"\n")
+    for node in fresh:
+        # A node routes for its pods; bridged pod traffic must pass kube-proxy's rules too (br_netfilter),
+        # which kernels without per-netns bridge sysctls simply do not list (-e).
+        await run("nsenter", f"--net={node.netns_path}", "sysctl", "-qew", "net.ipv4.ip_forward=1",
+                  "net.bridge.bridge-nf-call-iptables=1")
+    for node in nodes:
+        write_node_files(node)
+    for node in fresh:
+        node.network_marker.write_text(f"{node.netns} {node.host_link} {node.ip}\n")
+
+
+def write_node_files(node: NodeNet) -> None:
+    """containerd's config and the iptables/nft wrappers kube-proxy runs from the host into the node."""
+    for d in (node.containerd_dir / "root", node.containerd_dir / "state", node.cni_conf_dir, node.kubelet_dir,
+              node.bin_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    if len(str(node.socket)) + len(".ttrpc") > SOCKET_PATH_MAX:
+        raise NetworkError(f"state dir path too long for a unix socket: {node.socket}")
+    _write_if_changed(node.containerd_config, CONTAINERD_CONFIG.format(
+        root=node.containerd_dir / "root", state=node.containerd_dir / "state", sock=node.socket,
+        cni=node.cni_conf_dir))
+    for tool in PROXY_TOOLS:
+        path = node.bin_dir / tool
+        _write_if_changed(path, f'#!/bin/sh\nexec nsenter --net={node.netns_path} {tool} "$@"\n')
+        path.chmod(0o755)
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+def containerd_argv(node: NodeNet) -> list[str]:
+    """nsenter --net, not `ip netns exec`: the latter remounts /sys, and runc then fails."""
+    binary = shutil.which(CONTAINERD) or f"/usr/bin/{CONTAINERD}"
+    return ["nsenter", f"--net={node.netns_path}", binary, "--config", str(node.containerd_config)]
+
+
+async def remove_network(state: State, nodes: list[NodeNet], *, bridge: bool) -> list[str]:
+    """Delete the nodes' namespaces and host links by exact name, and the bridge if asked; report each."""
+    report = []
+    for node in nodes:
+        node.network_marker.unlink(missing_ok=True)
+        if netns_exists(node.netns):
+            await run("ip", "netns", "delete", node.netns, check=False)
+            report.append(f"netns {node.netns}: deleted")
+        if link_exists(node.host_link):
+            await run("ip", "link", "delete", node.host_link, check=False)
+            report.append(f"link {node.host_link}: deleted")
+    if bridge and state.settings.node_subnet and link_exists(bridge_name(state)):
+        await run("ip", "link", "delete", bridge_name(state), check=False)
+        report.append(f"bridge {bridge_name(state)}: deleted")
+    return report
+
+
+# -- images ----------------------------------------------------------------------------------------
+
+_image_lock = asyncio.Lock()
+
+
+async def image_archives(state: State) -> list[Path]:
+    """busybox and pause built once per state dir (a pause build runs gcc), then reused."""
+    from kubelet_agent.images import build_busybox, build_pause
+
+    out = state.root / "images"
+    async with _image_lock:
+        archives = []
+        for file, build in (("pause.tar", build_pause), ("busybox.tar", build_busybox)):
+            archives.append(out / file if (out / file).exists() else await build(out))
+        return archives
+
+
+async def import_images(state: State, node: NodeNet, archives: list[Path] | None = None) -> None:
+    from kubelet_agent.images import import_image
+
+    for archive in archives or await image_archives(state):
+        await import_image(archive, str(node.socket))
+
+
+# -- stopping a node -------------------------------------------------------------------------------
+
+
+async def stop_pods(node: NodeNet) -> int:
+    """Stop and remove every pod sandbox through CRI, so CNI releases addresses and containers exit."""
+    from kubelet_agent.cri.remote import RemoteRuntime
+
+    if not node.socket.exists():
+        return 0
+    runtime = RemoteRuntime(node.endpoint, timeout=20)
+    await runtime.start()
+    try:
+        async with asyncio.timeout(60):
+            for container in await runtime.list_containers():
+                with contextlib.suppress(Exception):
+                    await runtime.stop_container(container.id, 0)
+            sandboxes = await runtime.list_sandboxes()
+            for sandbox in sandboxes:
+                with contextlib.suppress(Exception):
+                    await runtime.stop_sandbox(sandbox.id)
+                    await runtime.remove_sandbox(sandbox.id)
+            return len(sandboxes)
+    except Exception:  # noqa: BLE001 - a dead containerd has no pods to stop; the shims are killed next
+        return 0
+    finally:
+        await runtime.close()
+
+
+def _proc_entries() -> list[tuple[int, list[bytes], int]]:
+    """(pid, argv, parent pid) of every process, read once."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                out.append((int(entry.name), argv, ppid))
+    return out
+
+
+def kill_leftovers(node: NodeNet) -> int:
+    """SIGKILL the containerd shims serving this node's containerd and the containers they started."""
+    procs = _proc_entries()
+    address = str(node.socket).encode()
+    shims = {pid for pid, argv, _ in procs if argv and b"containerd-shim" in argv[0] and address in argv}
+    victims = shims | {pid for pid, _, ppid in procs if ppid in shims}
+    for pid in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return len(victims)
+
+
+def _mounts_under(path: Path) -> list[str]:
+    prefix = str(path) + "/"
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    return sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True)
+
+
+async def unmount_under(path: Path) -> None:
+    """Lazily unmount what containers or volumes left mounted below `path`, deepest first."""
+    for target in _mounts_under(path):
+        await run("umount", "-l", target, check=False)
+
+
+# -- API objects the nodes need ---------------------------------------------------------------------
+
+
+async def _api(http: httpx.AsyncClient, method: str, url: str, body: Any = None) -> httpx.Response:
+    return await http.request(method, url, content=None if body is None else orjson.dumps(body),
+                              headers={"Content-Type": "application/json"}, timeout=10.0)
+
+
+async def ensure_pod_cidr(state: State, http: httpx.AsyncClient, node: NodeNet) -> str:
+    """Register the Node before its kubelet starts and wait for node IPAM to give it spec.podCIDR.
+
+    The kubelet writes its CNI bridge config from the podCIDR it sees at registration, so the Node
+    must already carry the one the routes of the other nodes point at. The kubelet adopts the object.
+    """
+    url = f"{state.server}/api/v1/nodes"
+    body = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": node.name, "labels": {"kubernetes.io/hostname": node.name},
+                         "annotations": {"node.alpha.kubernetes.io/ttl": "0",
+                                         "volumes.kubernetes.io/controller-managed-attach-detach": "true"}}}
+    response = await _api(http, "POST", url, body)
+    if response.status_code not in (201, 409):
+        raise NetworkError(f"creating Node {node.name}: {response.status_code} {response.text}")
+    deadline = asyncio.get_running_loop().time() + POD_CIDR_TIMEOUT
+    while True:
+        response = await _api(http, "GET", f"{url}/{node.name}")
+        if response.status_code == 200:
+            cidr = (response.json().get("spec") or {}).get("podCIDR")
+            if cidr:
+                return str(cidr)
+        if asyncio.get_running_loop().time() > deadline:
+            raise NetworkError(f"Node {node.name} got no spec.podCIDR from node IPAM in {POD_CIDR_TIMEOUT:.0f}s")
+        await asyncio.sleep(0.1)
+
+
+async def delete_node(state: State, http: httpx.AsyncClient, name: str) -> None:
+    await _api(http, "DELETE", f"{state.server}/api/v1/nodes/{name}")
+
+
+async def ensure_kube_dns(state: State, http: httpx.AsyncClient) -> None:
+    """`kube-system/kube-dns` at 10.96.0.10 with a slice pointing at the DNS server on the bridge.
+
+    No selector: the server is a host process, not a pod, so the slice is ours (managed-by pyk8s-up);
+    kube-proxy in every node sends port 53 of the ClusterIP to it over the node segment.
+    """
+    namespace, name = DNS_SERVICE
+    port = state.settings.dns_port
+    base = f"{state.server}/api/v1/namespaces/{namespace}/services"
+    service = {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS",
+                                "kubernetes.io/cluster-service": "true"}},
+        "spec": {"clusterIP": CLUSTER_DNS_IP, "type": "ClusterIP",
+                 "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": port},
+                           {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": port}]},
+    }
+    await _put_or_create(http, base, name, service, "spec")
+    slice_body = {
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": DNS_SLICE, "namespace": namespace,
+                     "labels": {"kubernetes.io/service-name": name,
+                                "endpointslice.kubernetes.io/managed-by": MANAGED_BY}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [bridge_ip(state)], "conditions": {"ready": True}}],
+        "ports": [{"name": "dns", "port": port, "protocol": "UDP"},
+                  {"name": "dns-tcp", "port": port, "protocol": "TCP"}],
+    }
+    slices = f"{state.server}/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
+    await _put_or_create(http, slices, DNS_SLICE, slice_body, "endpoints", "ports")
+
+
+async def _put_or_create(http: httpx.AsyncClient, base: str, name: str, body: dict[str, Any],
+                         *compare: str) -> None:
+    current = await _api(http, "GET", f"{base}/{name}")
+    if current.status_code == 404:
+        response = await _api(http, "POST", base, body)
+    elif current.status_code == 200:
+        old = current.json()
+        if all(_subset(body[k], old.get(k)) for k in compare):
+            return
+        merged = {**old, **{k: {**old[k], **body[k]} if isinstance(old.get(k), dict) else body[k]
+                            for k in compare}}
+        response = await _api(http, "PUT", f"{base}/{name}", merged)
+    else:
+        response = current
+    if response.status_code >= 300:
+        raise NetworkError(f"writing {base}/{name}: {response.status_code} {response.text}")
+
+
+def _subset(want: Any, have: Any) -> bool:
+    """True when every field we set is already there (the apiserver adds defaults of its own)."""
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(_subset(v, have.get(k)) for k, v in want.items())
+    if isinstance(want, list):
+        return isinstance(have, list) and len(want) == len(have) and all(map(_subset, want, have))
+    return bool(want == have)

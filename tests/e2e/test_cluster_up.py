@@ -1,0 +1,246 @@
+"""`pyk8s up --nodes 2` end to end: real node namespaces, containerd, kubelets and kube-proxies, real pods
+through the scheduler, `pyk8s image load`, and a `pyk8s down` that leaves nothing on the host.
+
+Results are read from the kubelet's container log files (/var/log/pods), since nothing here needs exec.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from deploy.local import enabled_specs
+from deploy.nodes import bridge_name, known_node_nets
+from deploy.state import State
+from tests.conftest import KUBECTL, REPO, free_port
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("containerd"), reason="real nodes need root and containerd"
+)
+
+UP_TIMEOUT = 180.0
+POD_TIMEOUT = 90.0
+COMMAND_TIMEOUT = 60.0
+
+
+def pyk8s(*argv: str, timeout: float = COMMAND_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    return subprocess.run([sys.executable, "-m", "deploy", *argv], capture_output=True, text=True, cwd=REPO,
+                          env=env, timeout=timeout, check=False)
+
+
+@dataclass
+class Cluster:
+    state_dir: Path
+    up_seconds: float
+    up_output: str
+
+    @property
+    def state(self) -> State:
+        return State.load(self.state_dir)
+
+    def kubectl(self, *argv: str, stdin: str | None = None, check: bool = True) -> str:
+        result = subprocess.run([KUBECTL, "--kubeconfig", str(self.state_dir / "kubeconfig"), *argv], input=stdin,
+                                capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False)
+        if check:
+            assert result.returncode == 0, f"kubectl {' '.join(argv)} failed: {result.stderr}"
+        return result.stdout
+
+    def get(self, *argv: str) -> Any:
+        return orjson.loads(self.kubectl("get", "-o", "json", *argv))
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        self.kubectl("apply", "-f", "-", stdin=orjson.dumps(manifest).decode())
+
+    def wait_pod(self, namespace: str, name: str, phases: tuple[str, ...]) -> dict[str, Any]:
+        """The pod once its phase is one of `phases`; fails with the pod's status after POD_TIMEOUT."""
+        pod: dict[str, Any] = {}
+        ok = wait_for(lambda: (pod.update(self.get("pod", name, "-n", namespace)) or True)
+                      and pod.get("status", {}).get("phase") in phases, POD_TIMEOUT)
+        assert ok, f"pod {namespace}/{name} not {phases} after {POD_TIMEOUT}s: {pod.get('status')}"
+        return pod
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.5) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def container_log(pod: dict[str, Any], container: str) -> str:
+    """What the container wrote, from the CRI log file the kubelet asked containerd to write."""
+    meta = pod["metadata"]
+    path = Path("/var/log/pods") / f"{meta['namespace']}_{meta['name']}_{meta['uid']}" / container / "0.log"
+    try:
+        raw = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+    # CRI log lines: "<timestamp> <stream> <P|F> <text>"
+    return "\n".join(line.split(" ", 3)[3] if line.count(" ") >= 3 else "" for line in raw.splitlines())
+
+
+def short_state_dir() -> Path:
+    """containerd's socket lives in the state dir; unix socket paths are short, pytest's tmp paths are not."""
+    return Path(tempfile.mkdtemp(prefix="pyk8s-e2e-", dir="/tmp")) / "state"
+
+
+def host_leftovers(state: State, marker: str | None = None) -> list[str]:
+    """Namespaces, links, processes and mounts of this cluster still on the host."""
+    out = [f"netns {n.netns}" for n in known_node_nets(state) if Path("/var/run/netns", n.netns).exists()]
+    out += [f"link {n.host_link}" for n in known_node_nets(state) if Path("/sys/class/net", n.host_link).exists()]
+    if Path("/sys/class/net", bridge_name(state)).exists():
+        out.append(f"bridge {bridge_name(state)}")
+    root = str(state.root).encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            flat = cmdline.replace(b"\0", b" ")
+            if root in cmdline or (marker and marker.encode() in flat):
+                out.append(f"process {entry.name}: {flat.decode(errors='replace')}")
+    out += [f"mount {line.split()[1]}" for line in Path("/proc/self/mounts").read_text().splitlines()
+            if line.split()[1].startswith(str(state.root) + "/")]
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    state_dir = short_state_dir()
+    started = time.monotonic()
+    result = pyk8s("up", "--state-dir", str(state_dir), "--port", str(free_port()), "--nodes", "2",
+                   timeout=UP_TIMEOUT)
+    elapsed = time.monotonic() - started
+    try:
+        assert result.returncode == 0, f"pyk8s up failed:\n{result.stdout}\n{result.stderr}"
+        yield Cluster(state_dir, elapsed, result.stdout)
+    finally:
+        pyk8s("down", "--state-dir", str(state_dir), timeout=UP_TIMEOUT)
+        shutil.rmtree(state_dir.parent, ignore_errors=True)
+
+
+def pod_manifest(name: str, node: str, command: str, image: str = "busybox",
+                 pull: str = "IfNotPresent", restart: str = "Never") -> dict[str, Any]:
+    """A pod the scheduler places on `node` (by its hostname label, not by spec.nodeName)."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"e2e": "cluster-up"}},
+        "spec": {"restartPolicy": restart, "nodeSelector": {"kubernetes.io/hostname": node},
+                 "terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "main", "image": image, "imagePullPolicy": pull,
+                                 "command": ["sh", "-c", command]}]},
+    }
+
+
+def test_nodes_are_ready_with_their_own_pod_cidr(cluster: Cluster, record_property: Callable[..., None]) -> None:
+    record_property("time_to_ready_2_nodes_s", round(cluster.up_seconds, 2))
+    print(f"pyk8s up --nodes 2: ready in {cluster.up_seconds:.2f}s")
+    nodes = {n["metadata"]["name"]: n for n in cluster.get("nodes")["items"]}
+    assert set(nodes) == {"node-1", "node-2"}
+    cidrs = set()
+    for name, node in nodes.items():
+        ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"]
+        assert ready == "True", f"{name} is not Ready"
+        internal = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
+        segment = ipaddress.ip_network(cluster.state.settings.node_subnet)
+        assert internal and ipaddress.ip_address(internal[0]) in segment
+        cidr = node["spec"]["podCIDR"]
+        assert ipaddress.ip_network(cidr).subnet_of(ipaddress.ip_network("10.244.0.0/16"))
+        cidrs.add(cidr)
+        conf = (cluster.state_dir / "nodes" / name / "cni" / "10-pyk8s.conflist").read_text()
+        assert cidr in conf, f"{name}'s CNI bridge does not use its podCIDR {cidr}"
+    assert len(cidrs) == 2
+
+
+def test_status_lists_every_process_and_up_again_is_a_no_op(cluster: Cluster) -> None:
+    result = pyk8s("status", "--state-dir", str(cluster.state_dir))
+    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[1:]}
+    expected = {spec.name for spec in enabled_specs(cluster.state)}
+    assert expected >= {"etcd", "apiserver", "controller-manager", "scheduler", "cluster-dns", "noderoutes",
+                        "containerd-node-1", "kubelet-node-1", "kube-proxy-node-1", "containerd-node-2",
+                        "kubelet-node-2", "kube-proxy-node-2"}
+    assert set(rows) == expected
+    assert result.returncode == 0 and all(r[1:] == ["yes", "yes"] for r in rows.values()), result.stdout
+    started = time.monotonic()
+    again = pyk8s("up", "--state-dir", str(cluster.state_dir))
+    assert again.returncode == 0 and "already up" in again.stdout, again.stdout + again.stderr
+    assert time.monotonic() - started < 10
+
+
+def test_a_pod_runs_on_each_node(cluster: Cluster) -> None:
+    nodes = {n["metadata"]["name"]: n for n in cluster.get("nodes")["items"]}
+    for node in ("node-1", "node-2"):
+        cluster.apply(pod_manifest(f"hello-{node}", node, "echo hello from $(hostname); exec sleep 3600",
+                                   restart="Always"))
+    for node in ("node-1", "node-2"):
+        pod = cluster.wait_pod("default", f"hello-{node}", ("Running",))
+        assert pod["spec"]["nodeName"] == node
+        status = pod["status"]
+        assert status["containerStatuses"][0]["state"].get("running"), status
+        assert status["containerStatuses"][0]["containerID"].startswith("containerd://")
+        assert ipaddress.ip_address(status["podIP"]) in ipaddress.ip_network(nodes[node]["spec"]["podCIDR"])
+        assert status["hostIP"] == next(a["address"] for a in nodes[node]["status"]["addresses"]
+                                        if a["type"] == "InternalIP")
+        assert wait_for(lambda p=pod, n=node: f"hello from hello-{n}" in container_log(p, "main"), 10), \
+            container_log(pod, "main")
+
+
+def test_image_load_imports_into_every_node(cluster: Cluster) -> None:
+    from kubelet_agent.images.build import busybox_layer, write_image_archive
+
+    archive = cluster.state_dir.parent / "hello.tar"
+    write_image_archive(archive, "docker.io/library/pyk8s-e2e-hello:1", busybox_layer(), [],
+                        ["sh", "-c", "echo loaded image runs"])
+    result = pyk8s("image", "load", str(archive), "--state-dir", str(cluster.state_dir))
+    assert result.returncode == 0, result.stderr
+    assert "imported into node-1" in result.stdout and "imported into node-2" in result.stdout
+    for node in ("node-1", "node-2"):
+        manifest = pod_manifest(f"loaded-{node}", node, "echo loaded image runs", image="pyk8s-e2e-hello:1",
+                                pull="Never")
+        cluster.apply(manifest)
+    for node in ("node-1", "node-2"):
+        pod = cluster.wait_pod("default", f"loaded-{node}", ("Succeeded", "Failed"))
+        assert pod["status"]["phase"] == "Succeeded", pod["status"]
+        assert "loaded image runs" in container_log(pod, "main")
+
+
+def test_down_leaves_nothing_on_the_host() -> None:
+    """Its own cluster, so the module's one keeps running for the tests above whatever the order."""
+    state_dir = short_state_dir()
+    marker = str(80000 + os.getpid() % 10000)
+    try:
+        result = pyk8s("up", "--state-dir", str(state_dir), "--port", str(free_port()), "--nodes", "2",
+                       timeout=UP_TIMEOUT)
+        assert result.returncode == 0, result.stdout + result.stderr
+        cluster = Cluster(state_dir, 0.0, result.stdout)
+        for node in ("node-1", "node-2"):
+            cluster.apply(pod_manifest(f"sleeper-{node}", node, f"exec sleep {marker}", restart="Always"))
+        for node in ("node-1", "node-2"):
+            cluster.wait_pod("default", f"sleeper-{node}", ("Running",))
+        state = cluster.state
+        assert host_leftovers(state), "the running cluster must be visible to the leftover check"
+        down = pyk8s("down", "--state-dir", str(state_dir), timeout=UP_TIMEOUT)
+        assert down.returncode == 0, down.stderr
+        assert "containerd-node-2: stopped" in down.stdout and f"bridge {bridge_name(state)}: deleted" in down.stdout
+        sleeper = f"sleep {marker}"
+        assert wait_for(lambda: not host_leftovers(state, sleeper), 10), host_leftovers(state, sleeper)
+        assert (state_dir / "etcd").is_dir(), "down keeps the data"
+    finally:
+        pyk8s("down", "--state-dir", str(state_dir), timeout=UP_TIMEOUT)
+        shutil.rmtree(state_dir.parent, ignore_errors=True)
