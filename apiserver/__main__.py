@@ -13,6 +13,7 @@ import structlog
 import uvicorn
 
 from apiserver.endpoints.app import APIApp
+from apiserver.endpoints.proxy import KubeletClientConfig
 from apiserver.server import APIServer, Options
 
 
@@ -35,6 +36,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--service-account-signing-key-file", default="",
                    help="EC private key that signs service-account tokens (default: one kept in --cert-dir)")
     p.add_argument("--api-audiences", default="", help="comma-separated; default: the issuer")
+    p.add_argument("--kubelet-certificate-authority", default="", help="CA that signs kubelet serving certs")
+    p.add_argument("--kubelet-client-certificate", default="")
+    p.add_argument("--kubelet-client-key", default="")
+    p.add_argument("--kubelet-preferred-address-types",
+                   default="InternalIP,ExternalIP,Hostname,InternalDNS,ExternalDNS")
     p.add_argument("--v", type=int, default=0, help="log verbosity")
     p.add_argument("--log-format", choices=("console", "json"), default="console")
     return p.parse_args(argv)
@@ -47,6 +53,16 @@ def _configure_logging(verbosity: int, fmt: str) -> None:
     structlog.configure(
         processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"), renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
+    )
+
+
+def kubelet_config(args: argparse.Namespace) -> KubeletClientConfig:
+    """How the apiserver reaches kubelets for logs, exec, attach, port-forward and node proxying."""
+    return KubeletClientConfig(
+        preferred_address_types=[t for t in args.kubelet_preferred_address_types.split(",") if t],
+        ca_file=args.kubelet_certificate_authority or None,
+        client_cert=args.kubelet_client_certificate or None,
+        client_key=args.kubelet_client_key or None,
     )
 
 
@@ -66,10 +82,12 @@ async def serve(args: argparse.Namespace) -> None:
         api_audiences=[a for a in args.api_audiences.split(",") if a],
     )
     server = APIServer(options)
-    app = APIApp(server)
+    app = APIApp(server, kubelet_config(args))
     configs = []
-    common = {"loop": "uvloop", "http": "httptools", "log_level": "warning", "access_log": False,
-              "timeout_graceful_shutdown": 5, "lifespan": "on"}
+    # wsproto: kubectl's port-forward offers the subprotocol `SPDY/3.1+portforward.k8s.io`, which the
+    # websockets library refuses (it is no RFC 6455 token) and kubectl would fall back to SPDY.
+    common = {"loop": "uvloop", "http": "httptools", "ws": "wsproto", "log_level": "warning",
+              "access_log": False, "timeout_graceful_shutdown": 5, "lifespan": "on"}
     if args.secure_port:
         cert, key = args.tls_cert_file, args.tls_private_key_file
         if not cert or not key:

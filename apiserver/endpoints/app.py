@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,11 +15,14 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from apiserver.endpoints import discovery, openapi
+from apiserver.endpoints import discovery, openapi, proxy
 from apiserver.endpoints.resources import ResourceHandler, parse_path
 from services.api import errors
 
 log = structlog.get_logger("apiserver.http")
+
+_POD_STREAM = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(log|exec|attach|portforward)$")
+_NODE_PROXY = re.compile(r"^/api/v1/nodes/([^/]+)/proxy(?:/(.*))?$")
 
 KUBE_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-pyk8s.0"}
 
@@ -179,12 +183,48 @@ class APIApp:
     middleware stack for them roughly doubles request throughput.
     """
 
-    def __init__(self, server: Any) -> None:
+    def __init__(self, server: Any, kubelet: proxy.KubeletClientConfig = proxy.DEFAULT_CONFIG) -> None:
         self.app = create_app(server)
+        self.server = server
         self.serve = self.app.state.serve
         self.state = self.app.state
+        self.kubelet = kubelet
+
+    async def _streams(self, scope: dict[str, Any], receive: Any, send: Any) -> bool:
+        """Pod logs, exec, attach, port-forward and node proxying, relayed to the node's kubelet."""
+        path: str = scope["path"]
+        pod_match = _POD_STREAM.match(path)
+        node_match = None if pod_match else _NODE_PROXY.match(path)
+        if pod_match is None and node_match is None:
+            return False
+        try:
+            if not self.server.ready:
+                raise errors.StatusError(503, "ServiceUnavailable", "the apiserver is starting")
+            nodes = self.server.store("", "v1", "nodes")
+            if pod_match is not None:
+                namespace, name, subresource = pod_match.groups()
+                pod = await self.server.store("", "v1", "pods").get(namespace, name)
+                node_name = (pod.get("spec") or {}).get("nodeName")
+                node = await nodes.get(None, node_name) if node_name else None
+            else:
+                node = await nodes.get(None, node_match.group(1))
+        except errors.StatusError as exc:
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.http.response.start", "status": exc.code,
+                            "headers": [(b"content-type", b"application/json")]})
+                await send({"type": "websocket.http.response.body", "body": orjson.dumps(exc.to_status())})
+            else:
+                await _status_response(exc)(scope, receive, send)
+            return True
+        if pod_match is not None:
+            await proxy.proxy_pod_subresource(scope, receive, send, pod, node, subresource, self.kubelet)
+        else:
+            await proxy.proxy_node(scope, receive, send, node, node_match.group(2) or "", self.kubelet)
+        return True
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket") and await self._streams(scope, receive, send):
+            return
         if scope["type"] == "http":
             path: str = scope["path"]
             legacy = path == "/api" or path.startswith("/api/")

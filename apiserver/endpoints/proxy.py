@@ -1,0 +1,409 @@
+"""Proxying pods/log, pods/exec, pods/attach, pods/portforward and nodes/proxy to the node's kubelet.
+
+The apiserver validates the request against the pod (container names, options), then forwards it to
+the kubelet API at the node's address: log bodies stream through as they arrive; WebSocket upgrades
+(exec/attach `v5.channel.k8s.io`/v4, port-forward `SPDY/3.1+portforward.k8s.io`) are accepted with
+the subprotocol the kubelet chose and their messages relayed both ways untouched. The server must
+run uvicorn with `ws="wsproto"`: the `websockets` implementation refuses the port-forward subprotocol. These are
+ASGI-level functions so the caller can hand over `http` and `websocket` scopes alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+import structlog
+from wsproto import ConnectionType, WSConnection
+from wsproto import events as wsevents
+from wsproto.connection import ConnectionState
+from wsproto.utilities import LocalProtocolError, RemoteProtocolError
+
+from services.api import errors
+
+log = structlog.get_logger(__name__)
+
+Scope = dict[str, Any]
+LOG_PARAMS = ("follow", "previous", "timestamps", "sinceSeconds", "sinceTime", "tailLines", "limitBytes")
+
+
+@dataclass
+class KubeletClientConfig:
+    """Upstream's --kubelet-preferred-address-types, --kubelet-certificate-authority and client cert flags."""
+
+    preferred_address_types: list[str] = field(
+        default_factory=lambda: ["InternalIP", "ExternalIP", "Hostname", "InternalDNS", "ExternalDNS"])
+    ca_file: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+    timeout: float = 30.0
+    _ssl: ssl.SSLContext | None = field(default=None, init=False, repr=False)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """Verify the kubelet only when a CA is configured, as upstream does without the flag."""
+        if self._ssl is None:
+            ctx = ssl.create_default_context(cafile=self.ca_file) if self.ca_file else \
+                ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            if not self.ca_file:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            if self.client_cert and self.client_key:
+                ctx.load_cert_chain(self.client_cert, self.client_key)
+            self._ssl = ctx
+        return self._ssl
+
+
+DEFAULT_CONFIG = KubeletClientConfig()
+
+
+def kubelet_address(node: dict[str, Any], config: KubeletClientConfig = DEFAULT_CONFIG) -> tuple[str, int]:
+    status = node.get("status") or {}
+    addresses = status.get("addresses") or []
+    port = int(((status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get("Port") or 10250)
+    for kind in config.preferred_address_types:
+        for address in addresses:
+            if address.get("type") == kind and address.get("address"):
+                return address["address"], port
+    known = ", ".join(f"{a.get('type')}={a.get('address')}" for a in addresses)
+    raise errors.internal(f"no preferred addresses found; known addresses: [{known}]")
+
+
+def kubelet_base(node: dict[str, Any], config: KubeletClientConfig = DEFAULT_CONFIG) -> str:
+    host, port = kubelet_address(node, config)
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+
+def _query(scope: Scope) -> dict[str, list[str]]:
+    return urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+
+
+def _one(query: dict[str, list[str]], name: str) -> str | None:
+    values = query.get(name)
+    return values[-1] if values else None
+
+
+def _true(query: dict[str, list[str]], name: str) -> bool:
+    return (_one(query, name) or "").lower() in ("true", "1")
+
+
+def pick_container(pod: dict[str, Any], requested: str | None, *, ephemeral: bool = True) -> str:
+    """The container a request means, with the apiserver's messages when it is missing or unknown."""
+    spec = pod.get("spec") or {}
+    name = pod["metadata"]["name"]
+    containers = [c["name"] for c in spec.get("containers") or []]
+    init = [c["name"] for c in spec.get("initContainers") or []]
+    eph = [c["name"] for c in spec.get("ephemeralContainers") or []] if ephemeral else []
+    if not requested:
+        if len(containers) == 1:
+            return containers[0]
+        message = f"a container name must be specified for pod {name}, choose one of: [{' '.join(containers)}]"
+        if init:
+            message += f" or one of the init containers: [{' '.join(init)}]"
+        if eph:
+            message += f" or one of the ephemeral containers: [{' '.join(eph)}]"
+        raise errors.bad_request(message)
+    if requested not in containers + init + eph:
+        raise errors.bad_request(f"container {requested} is not valid for pod {name}")
+    return requested
+
+
+def kubelet_path(pod: dict[str, Any], subresource: str, query: dict[str, list[str]]) -> str:
+    """The kubelet URL path and query for a pod subresource request (after validation)."""
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    quote = urllib.parse.quote
+    if subresource == "log":
+        container = pick_container(pod, _one(query, "container"))
+        params = []
+        for key in LOG_PARAMS:
+            value = _one(query, key)
+            if value not in (None, ""):
+                params.append((key, value))
+        if _one(query, "tailLines") not in (None, "") and int(_one(query, "tailLines") or 0) < 0:
+            raise errors.bad_request("tailLines: Invalid value: must be greater than or equal to 0")
+        qs = urllib.parse.urlencode(params)
+        return f"/containerLogs/{quote(ns)}/{quote(name)}/{quote(container)}" + (f"?{qs}" if qs else "")
+    if subresource in ("exec", "attach"):
+        container = pick_container(pod, _one(query, "container"))
+        stdin, stdout, stderr, tty = (_true(query, k) for k in ("stdin", "stdout", "stderr", "tty"))
+        if not (stdin or stdout or stderr):
+            raise errors.bad_request("you must specify at least 1 of stdin, stdout, stderr")
+        if tty and stderr and subresource == "exec":
+            stderr = False
+        params = [("command", c) for c in query.get("command", [])] if subresource == "exec" else []
+        if subresource == "exec" and not params:
+            raise errors.bad_request("you must specify at least 1 command")
+        params += [(k, "1") for k, on in (("input", stdin), ("output", stdout), ("error", stderr), ("tty", tty))
+                   if on]
+        return f"/{subresource}/{quote(ns)}/{quote(name)}/{quote(container)}?{urllib.parse.urlencode(params)}"
+    if subresource == "portforward":
+        ports = [p for values in query.get("ports", []) for p in values.split(",") if p]
+        for p in ports:
+            if not p.isdigit() or not 0 < int(p) < 65536:
+                raise errors.bad_request(f"invalid port {p!r}")
+        qs = urllib.parse.urlencode([("port", p) for p in ports])
+        return f"/portForward/{quote(ns)}/{quote(name)}" + (f"?{qs}" if qs else "")
+    raise errors.not_found("pods", "", f"{name}/{subresource}")
+
+
+async def _send_status(scope: Scope, send: Any, exc: errors.StatusError) -> None:
+    body = orjson.dumps(exc.to_status())
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if scope["type"] == "websocket":
+        if "websocket.http.response" in (scope.get("extensions") or {}):
+            await send({"type": "websocket.http.response.start", "status": exc.code, "headers": headers})
+            await send({"type": "websocket.http.response.body", "body": body})
+        else:
+            await send({"type": "websocket.close", "code": 1011, "reason": exc.message[:120]})
+        return
+    await send({"type": "http.response.start", "status": exc.code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _status_from_kubelet(code: int, body: bytes) -> errors.StatusError:
+    with contextlib.suppress(ValueError, AttributeError):
+        status = orjson.loads(body)
+        if isinstance(status, dict) and status.get("kind") == "Status":
+            return errors.StatusError.from_status(status, code)
+    text = body.decode(errors="replace").strip() or f"kubelet answered {code}"
+    reason = {400: "BadRequest", 404: "NotFound", 403: "Forbidden"}.get(code, "InternalError")
+    return errors.StatusError(code if code >= 400 else 500, reason, text)
+
+
+async def proxy_pod_subresource(scope: Scope, receive: Any, send: Any, pod: dict[str, Any],
+                                node: dict[str, Any] | None, subresource: str,
+                                config: KubeletClientConfig = DEFAULT_CONFIG) -> None:
+    """Serve pods/{log,exec,attach,portforward} for `pod` (already fetched and authorized) via its node.
+
+    `node` is None when the pod is not bound yet: logs are then empty, as upstream, and streaming fails.
+    """
+    try:
+        path = kubelet_path(pod, subresource, _query(scope))
+        if node is None and subresource == "log":
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if node is None:
+            raise errors.bad_request(f"pod {pod['metadata']['name']} does not have a host assigned")
+        base = kubelet_base(node, config)
+    except errors.StatusError as exc:
+        await _send_status(scope, send, exc)
+        return
+    except ValueError as exc:
+        await _send_status(scope, send, errors.bad_request(str(exc)))
+        return
+    if scope["type"] == "websocket":
+        await _relay_websocket(scope, receive, send, base.replace("https://", "wss://", 1) + path, config)
+    else:
+        # A SPDY upgrade (kubectl's fallback) cannot pass through ASGI; the kubelet answers it as plain
+        # HTTP, with the container's state if that is why the WebSocket attempt failed.
+        await _forward_http(scope, receive, send, base + path, config)
+
+
+async def proxy_node(scope: Scope, receive: Any, send: Any, node: dict[str, Any], path: str,
+                     config: KubeletClientConfig = DEFAULT_CONFIG) -> None:
+    """Serve /api/v1/nodes/{name}/proxy/{path}: any method, forwarded to the kubelet API."""
+    try:
+        base = kubelet_base(node, config)
+    except errors.StatusError as exc:
+        await _send_status(scope, send, exc)
+        return
+    qs = scope.get("query_string", b"").decode("latin-1")
+    target = base + "/" + path.lstrip("/") + (f"?{qs}" if qs else "")
+    if scope["type"] == "websocket":
+        await _relay_websocket(scope, receive, send, target.replace("https://", "wss://", 1), config)
+    else:
+        await _forward_http(scope, receive, send, target, config, raw=True)
+
+
+async def _read_body(receive: Any) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
+
+
+async def _forward_http(scope: Scope, receive: Any, send: Any, url: str, config: KubeletClientConfig, *,
+                        raw: bool = False) -> None:
+    """Stream the kubelet's answer back; `raw` passes error answers through instead of making them Status."""
+    method = scope.get("method", "GET")
+    body = await _read_body(receive) if method not in ("GET", "HEAD") else b""
+    passed = {"accept", "content-type"}
+    headers = [(k.decode(), v.decode()) for k, v in scope.get("headers", []) if k.decode().lower() in passed]
+    timeout = httpx.Timeout(config.timeout, read=None)
+    async with httpx.AsyncClient(verify=config.ssl_context(), timeout=timeout) as client:
+        try:
+            request = client.build_request(method, url, content=body or None, headers=headers)
+            response = await client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            await _send_status(scope, send, errors.internal(f"error trying to reach the kubelet: {exc}"))
+            return
+        try:
+            if response.status_code >= 400 and not raw:
+                await _send_status(scope, send, _status_from_kubelet(response.status_code, await response.aread()))
+                return
+            out_headers = [(b"content-type", response.headers.get("content-type", "text/plain").encode())]
+            await send({"type": "http.response.start", "status": response.status_code, "headers": out_headers})
+            with contextlib.suppress(httpx.HTTPError):
+                async for chunk in response.aiter_raw():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            await response.aclose()
+
+
+class KubeletRefused(Exception):
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(f"kubelet refused the upgrade with {status}")
+        self.status = status
+        self.body = body
+
+
+class KubeletSocket:
+    """A WebSocket client to the kubelet on wsproto.
+
+    wsproto, unlike `websockets`, accepts subprotocols that are not RFC 6455 tokens, such as the
+    `SPDY/3.1+portforward.k8s.io` kubectl offers for port-forward.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: WSConnection) -> None:
+        self.reader, self.writer, self.conn = reader, writer, conn
+        self.subprotocol: str | None = None
+        self.close_code = 1000
+        self._parts: list[bytes | str] = []
+        self._queue: list[bytes | str | None] = []
+
+    @classmethod
+    async def open(cls, url: str, subprotocols: list[str], ctx: ssl.SSLContext | None, limit: float) -> KubeletSocket:
+        parts = urllib.parse.urlsplit(url)
+        secure = parts.scheme == "wss"
+        async with asyncio.timeout(limit):
+            reader, writer = await asyncio.open_connection(parts.hostname, parts.port or (443 if secure else 80),
+                                                           ssl=ctx if secure else None,
+                                                           server_hostname=parts.hostname if secure else None)
+            conn = WSConnection(ConnectionType.CLIENT)
+            sock = cls(reader, writer, conn)
+            target = parts.path + (f"?{parts.query}" if parts.query else "")
+            await sock._write(conn.send(wsevents.Request(host=parts.netloc, target=target,
+                                                         subprotocols=subprotocols)))
+            status, body = 0, b""
+            while True:
+                data = await reader.read(65536)
+                conn.receive_data(data or None)
+                for event in conn.events():
+                    if isinstance(event, wsevents.AcceptConnection):
+                        sock.subprotocol = event.subprotocol
+                        return sock
+                    if isinstance(event, wsevents.RejectConnection):
+                        status = event.status_code
+                        if not event.has_body:
+                            raise KubeletRefused(status, body)
+                    elif isinstance(event, wsevents.RejectData):
+                        body += event.data
+                        if event.body_finished:
+                            raise KubeletRefused(status, body)
+                if not data:
+                    raise KubeletRefused(status or 502, body)
+
+    async def _write(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def recv(self) -> bytes | str | None:
+        """The next whole message; None once the kubelet closed the connection."""
+        while not self._queue:
+            data = await self.reader.read(65536)
+            try:
+                self.conn.receive_data(data or None)
+            except LocalProtocolError:
+                return None
+            for event in self.conn.events():
+                if isinstance(event, (wsevents.BytesMessage, wsevents.TextMessage)):
+                    self._parts.append(event.data)
+                    if event.message_finished:
+                        joined = b"".join(self._parts) if isinstance(event.data, bytes) else "".join(self._parts)
+                        self._queue.append(joined)  # type: ignore[arg-type]
+                        self._parts = []
+                elif isinstance(event, wsevents.Ping):
+                    await self._write(self.conn.send(event.response()))
+                elif isinstance(event, wsevents.CloseConnection):
+                    self.close_code = event.code
+                    with contextlib.suppress(LocalProtocolError, OSError):
+                        await self._write(self.conn.send(event.response()))
+                    self._queue.append(None)
+            if not data and not self._queue:
+                self._queue.append(None)
+        return self._queue.pop(0)
+
+    async def send(self, data: bytes | str) -> None:
+        if self.conn.state == ConnectionState.OPEN:
+            await self._write(self.conn.send(wsevents.Message(data=data)))
+
+    async def close(self) -> None:
+        with contextlib.suppress(LocalProtocolError, OSError, ConnectionError):
+            if self.conn.state == ConnectionState.OPEN:
+                await self._write(self.conn.send(wsevents.CloseConnection(code=1000)))
+        self.writer.close()
+
+
+async def _relay_websocket(scope: Scope, receive: Any, send: Any, url: str, config: KubeletClientConfig) -> None:
+    first = await receive()
+    if first["type"] != "websocket.connect":
+        return
+    try:
+        upstream = await KubeletSocket.open(url, list(scope.get("subprotocols") or []), config.ssl_context(),
+                                            config.timeout)
+    except KubeletRefused as exc:
+        await _send_status(scope, send, _status_from_kubelet(exc.status, exc.body))
+        return
+    except (OSError, TimeoutError, RemoteProtocolError) as exc:
+        await _send_status(scope, send, errors.internal(f"error dialing the kubelet: {exc}"))
+        return
+    await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
+    to_kubelet = asyncio.create_task(_client_to_kubelet(receive, upstream))
+    to_client = asyncio.create_task(_kubelet_to_client(upstream, send))
+    try:
+        await asyncio.wait({to_kubelet, to_client}, return_when=asyncio.FIRST_COMPLETED)
+        if to_client.done():
+            # The kubelet finished; give the client's close handshake a moment, then stop reading it.
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(to_kubelet), 1)
+    finally:
+        for task in (to_kubelet, to_client):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await upstream.close()
+
+
+async def _client_to_kubelet(receive: Any, upstream: KubeletSocket) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            await upstream.close()
+            return
+        if message["type"] == "websocket.receive":
+            data = message.get("bytes")
+            await upstream.send(data if data is not None else message.get("text") or "")
+
+
+async def _kubelet_to_client(upstream: KubeletSocket, send: Any) -> None:
+    with contextlib.suppress(OSError, ConnectionError):
+        while (data := await upstream.recv()) is not None:
+            if isinstance(data, bytes):
+                await send({"type": "websocket.send", "bytes": data})
+            else:
+                await send({"type": "websocket.send", "text": data})
+    code = upstream.close_code
+    with contextlib.suppress(Exception):
+        await send({"type": "websocket.close", "code": 1000 if code in (1005, 1006) else code})

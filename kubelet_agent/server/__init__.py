@@ -1,0 +1,1 @@
+"""The kubelet HTTP API (logs, exec, attach, port-forward, stats)."""

@@ -1,0 +1,246 @@
+"""exec, attach and port-forward: kubectl's WebSocket side relayed to the runtime.
+
+exec/attach: the client speaks `v5.channel.k8s.io` (or v4) over WebSocket; the kubelet asks CRI for a
+streaming URL and speaks SPDY (`v4.channel.k8s.io`) to containerd's streaming server there, the
+way upstream's apiserver translates WebSocket to SPDY. port-forward: kubectl tunnels SPDY inside the
+WebSocket; each (error, data) stream pair becomes a TCP connection opened inside the pod's network
+namespace, as containerd's own port-forward does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+import urllib.parse
+from collections.abc import Awaitable, Callable
+
+import orjson
+
+from kubelet_agent.server import spdy
+from kubelet_agent.server.ws import CLOSE, ERROR, RESIZE, STDERR, STDIN, STDOUT, WebSocket
+
+Connect = Callable[[str, int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
+SUCCESS = b'{"metadata":{},"status":"Success"}'
+
+
+class StreamError(Exception):
+    """The runtime refused the streaming request; `status` is the HTTP code to answer with."""
+
+    def __init__(self, message: str, status: int = 500) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def failure_status(message: str) -> bytes:
+    return orjson.dumps({"metadata": {}, "status": "Failure", "message": message, "reason": "InternalError",
+                         "code": 500})
+
+
+async def dial_runtime(url: str, connect: Connect) -> spdy.Session:
+    """Upgrade to SPDY at the runtime's streaming URL and return the running client session."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http":
+        raise StreamError(f"unsupported streaming URL scheme {parts.scheme!r}")
+    reader, writer = await connect(parts.hostname or "127.0.0.1", parts.port or 80)
+    path = parts.path + (f"?{parts.query}" if parts.query else "")
+    request = (f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+               "X-Stream-Protocol-Version: v4.channel.k8s.io\r\nContent-Length: 0\r\n\r\n")
+    writer.write(request.encode())
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0].decode(errors="replace")
+    if " 101 " not in status_line + " ":
+        writer.close()
+        raise StreamError(f"runtime streaming server answered {status_line!r}")
+
+    async def read() -> bytes:
+        return await reader.read(65536)
+
+    async def write(data: bytes) -> None:
+        writer.write(data)
+        await writer.drain()
+
+    session = spdy.Session(read, write, client=True, on_close=writer.close)
+    session.start()
+    return session
+
+
+async def relay_remote_command(ws: WebSocket, session: spdy.Session, *, stdin: bool, stdout: bool, stderr: bool,
+                               tty: bool) -> None:
+    """Relay one exec/attach between the client's channel WebSocket and the runtime's SPDY streams."""
+    v5 = ws.subprotocol.startswith("v5.")
+    try:
+        error = await session.open_stream({"streamType": "error"})
+        streams: dict[int, spdy.Stream] = {}
+        if stdin:
+            streams[STDIN] = await session.open_stream({"streamType": "stdin"})
+        if stdout:
+            streams[STDOUT] = await session.open_stream({"streamType": "stdout"})
+        if stderr and not tty:
+            streams[STDERR] = await session.open_stream({"streamType": "stderr"})
+        if tty:
+            streams[RESIZE] = await session.open_stream({"streamType": "resize"})
+    except (TimeoutError, ConnectionError, OSError):
+        await ws.send(bytes([ERROR]) + failure_status("runtime streaming server did not accept the streams"))
+        await ws.close()
+        return
+    await error.close()
+
+    async def pump(stream: spdy.Stream, channel: int) -> None:
+        while data := await stream.read():
+            await ws.send(bytes([channel]) + data)
+
+    async def from_client() -> None:
+        while (msg := await ws.recv()) is not None:
+            if not msg:
+                continue
+            channel, data = msg[0], msg[1:]
+            if channel == CLOSE and v5 and data[:1] == bytes([STDIN]) and STDIN in streams:
+                await streams[STDIN].close()
+            elif channel in (STDIN, RESIZE) and channel in streams and data:
+                await streams[channel].write(data)
+
+    client = asyncio.create_task(from_client())
+    output = asyncio.gather(*(pump(streams[c], c) for c in (STDOUT, STDERR) if c in streams), error.read_all())
+    try:
+        await asyncio.wait({output, client}, return_when=asyncio.FIRST_COMPLETED)
+        if output.done() and output.exception() is None:
+            await ws.send(bytes([ERROR]) + (output.result()[-1] or SUCCESS))
+            await ws.close()
+    finally:
+        for task in (client, output):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await session.close()
+
+
+class PortForwardTunnel:
+    """Serves kubectl's SPDY-over-WebSocket port-forward for one pod."""
+
+    def __init__(self, ws: WebSocket, connect: Connect, pod: str) -> None:
+        self.ws = ws
+        self.connect = connect
+        self.pod = pod
+        self._errors: dict[str, spdy.Stream] = {}
+
+    async def _read(self) -> bytes:
+        """The tunnel's next bytes; kubectl sends empty messages too, which must not read as EOF."""
+        while (msg := await self.ws.recv()) is not None:
+            if msg:
+                return msg
+        return b""
+
+    async def serve(self) -> None:
+        session = spdy.Session(self._read, self.ws.send, client=False, on_stream=self._on_stream)
+        try:
+            await session.run()
+        finally:
+            await session.close()
+            await self.ws.close()
+
+    async def _on_stream(self, stream: spdy.Stream) -> None:
+        request_id = stream.headers.get("requestid", "")
+        if stream.kind == "error":
+            self._errors[request_id] = stream
+            return
+        if stream.kind != "data":
+            await stream.reset()
+            return
+        error = self._errors.pop(request_id, None)
+        try:
+            port = int(stream.headers.get("port", ""))
+        except ValueError:
+            port = 0
+        try:
+            if not 0 < port < 65536:
+                raise OSError(f"invalid port {stream.headers.get('port')!r}")
+            reader, writer = await self.connect("127.0.0.1", port)
+        except (OSError, TimeoutError) as exc:
+            if error is not None:
+                await error.write(f"error forwarding port {port} to pod {self.pod}: failed to connect to "
+                                  f"localhost:{port} inside the pod: {exc}".encode())
+                await error.close()
+            await stream.close()
+            return
+        await self._pipe(stream, reader, writer)
+        if error is not None:
+            await error.close()
+
+    @staticmethod
+    async def _pipe(stream: spdy.Stream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async def upstream() -> None:
+            while data := await stream.read():
+                writer.write(data)
+                await writer.drain()
+            with contextlib.suppress(OSError):
+                if writer.can_write_eof():
+                    writer.write_eof()
+
+        async def downstream() -> None:
+            while data := await reader.read(65536):
+                await stream.write(data)
+            await stream.close()
+
+        up = asyncio.create_task(upstream())
+        try:
+            with contextlib.suppress(ConnectionError, OSError):
+                await downstream()
+            with contextlib.suppress(asyncio.TimeoutError, ConnectionError, OSError):
+                await asyncio.wait_for(asyncio.shield(up), 5)
+        finally:
+            up.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await up
+            writer.close()
+
+
+async def serve_channel_port_forward(ws: WebSocket, connect: Connect, ports: list[int], pod: str) -> None:
+    """The older WebSocket port-forward (`v4.channel.k8s.io`, `portforward.k8s.io`) the Python client uses.
+
+    Each requested port gets a data channel (2i) and an error channel (2i+1), both opened by sending
+    the port as uint16 little-endian; one TCP connection per port lives as long as the WebSocket.
+    """
+    loop = asyncio.get_running_loop()
+    conns: dict[int, asyncio.Future[asyncio.StreamWriter | None]] = {i: loop.create_future() for i in range(len(ports))}
+
+    async def forward(index: int, port: int) -> None:
+        try:
+            reader, writer = await connect("127.0.0.1", port)
+        except (OSError, TimeoutError) as exc:
+            conns[index].set_result(None)
+            await ws.send(bytes([2 * index + 1]) + f"error forwarding port {port} to pod {pod}: failed to "
+                          f"connect to localhost:{port} inside the pod: {exc}".encode())
+            return
+        conns[index].set_result(writer)
+        with contextlib.suppress(ConnectionError, OSError):
+            while data := await reader.read(65536):
+                await ws.send(bytes([2 * index]) + data)
+
+    for i, port in enumerate(ports):
+        prefix = struct.pack("<H", port)
+        await ws.send(bytes([2 * i]) + prefix)
+        await ws.send(bytes([2 * i + 1]) + prefix)
+    everything = asyncio.gather(*(forward(i, port) for i, port in enumerate(ports)))
+    client = asyncio.create_task(_channel_input(ws, conns))
+    try:
+        await asyncio.wait({everything, client}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (client, everything):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for conn in conns.values():
+            if conn.done() and (writer := conn.result()) is not None:
+                writer.close()
+        await ws.close()
+
+
+async def _channel_input(ws: WebSocket, conns: dict[int, asyncio.Future[asyncio.StreamWriter | None]]) -> None:
+    while (msg := await ws.recv()) is not None:
+        conn = conns.get(msg[0] // 2) if len(msg) > 1 and msg[0] % 2 == 0 else None
+        if conn is not None and (writer := await conn) is not None:
+            writer.write(msg[1:])
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.drain()
