@@ -29,7 +29,6 @@ CLUSTER_DNS_IP = "10.96.0.10"
 DNS_SERVICE = ("kube-system", "kube-dns")
 DNS_SLICE = "kube-dns-pyk8s"
 MANAGED_BY = "pyk8s-up"
-POD_CIDR_TIMEOUT = 30.0
 CONTAINERD = "containerd"
 PROXY_TOOLS = ("iptables", "iptables-save", "iptables-restore", "nft")
 SOCKET_PATH_MAX = 100
@@ -367,32 +366,6 @@ async def unmount_under(path: Path) -> None:
 async def _api(http: httpx.AsyncClient, method: str, url: str, body: Any = None) -> httpx.Response:
     return await http.request(method, url, content=None if body is None else orjson.dumps(body),
                               headers={"Content-Type": "application/json"}, timeout=10.0)
-
-
-async def ensure_pod_cidr(state: State, http: httpx.AsyncClient, node: NodeNet) -> str:
-    """Register the Node before its kubelet starts and wait for node IPAM to give it spec.podCIDR.
-
-    The kubelet writes its CNI bridge config from the podCIDR it sees at registration, so the Node
-    must already carry the one the routes of the other nodes point at. The kubelet adopts the object.
-    """
-    url = f"{state.server}/api/v1/nodes"
-    body = {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": node.name, "labels": {"kubernetes.io/hostname": node.name},
-                         "annotations": {"node.alpha.kubernetes.io/ttl": "0",
-                                         "volumes.kubernetes.io/controller-managed-attach-detach": "true"}}}
-    response = await _api(http, "POST", url, body)
-    if response.status_code not in (201, 409):
-        raise NetworkError(f"creating Node {node.name}: {response.status_code} {response.text}")
-    deadline = asyncio.get_running_loop().time() + POD_CIDR_TIMEOUT
-    while True:
-        response = await _api(http, "GET", f"{url}/{node.name}")
-        if response.status_code == 200:
-            cidr = (response.json().get("spec") or {}).get("podCIDR")
-            if cidr:
-                return str(cidr)
-        if asyncio.get_running_loop().time() > deadline:
-            raise NetworkError(f"Node {node.name} got no spec.podCIDR from node IPAM in {POD_CIDR_TIMEOUT:.0f}s")
-        await asyncio.sleep(0.1)
 
 
 async def delete_node(state: State, http: httpx.AsyncClient, name: str) -> None:

@@ -233,14 +233,12 @@ def node_specs(node: NodeNet) -> tuple[ProcessSpec, ...]:
         nodes.kill_leftovers(node)
         await nodes.unmount_under(node.dir)
 
-    async def pod_cidr(state: State, http: httpx.AsyncClient) -> None:
-        await nodes.ensure_pod_cidr(state, http, node)
-
     def kubelet_argv(state: State) -> list[str]:
         return [*_python("kubelet_agent"), f"--kubeconfig={state.kubeconfig}", f"--hostname-override={node.name}",
                 f"--node-ip={node.ip}", f"--container-runtime-endpoint={node.endpoint}",
                 f"--cluster-dns={nodes.CLUSTER_DNS_IP}", f"--cni-conf-dir={node.cni_conf_dir}",
                 f"--root-dir={node.kubelet_dir}", f"--node-netns={node.netns_path}",
+                f"--non-masquerade-cidr={CLUSTER_CIDR}",
                 f"--healthz-port={health_port(state, kubelet)}", "--healthz-bind-address=127.0.0.1"]
 
     def proxy_argv(state: State) -> list[str]:
@@ -256,7 +254,7 @@ def node_specs(node: NodeNet) -> tuple[ProcessSpec, ...]:
                     before_stop=stop_pods, after_stop=clean_up, ready_timeout=60.0, node=node.name),
         ProcessSpec(name=kubelet, argv=kubelet_argv, health=_local_health(kubelet, "/readyz"),
                     needs=("controller-manager", containerd), listens=_own_port(kubelet), health_port=True,
-                    prepare=pod_cidr, ready_timeout=60.0, node=node.name),
+                    ready_timeout=60.0, node=node.name),
         ProcessSpec(name=proxy, argv=proxy_argv, health=_local_health(proxy), needs=("apiserver",),
                     listens=_own_port(proxy), health_port=True, ready_timeout=60.0, node=node.name),
     )

@@ -12,6 +12,8 @@ from kubelet_agent.cri.hollow import HollowRuntime
 from kubelet_agent.hollow import HollowNodes
 from kubelet_agent.kubelet import Kubelet, KubeletOptions
 from kubelet_agent.node import HostInfo, NodeConfig
+from kubelet_agent.pods.netns import Dialer
+from kubelet_agent.server.server import KubeletServer
 from services.client import Client
 from services.runtime import HealthServer, client_config, run, setup_logging
 
@@ -21,7 +23,8 @@ log = structlog.get_logger("kubelet")
 def options(s: Settings) -> KubeletOptions:
     return KubeletOptions(root_dir=s.root_dir, cluster_dns=s.cluster_dns, cluster_domain=s.cluster_domain,
                           pod_manifest_path=s.pod_manifest_path, cni_conf_dir=s.cni_conf_dir,
-                          node_netns=s.node_netns, resolv_conf=s.resolv_conf, hollow=s.hollow)
+                          node_netns=s.node_netns, resolv_conf=s.resolv_conf, hollow=s.hollow,
+                          non_masquerade_cidr=s.non_masquerade_cidr)
 
 
 def node_config(s: Settings) -> NodeConfig:
@@ -29,6 +32,31 @@ def node_config(s: Settings) -> NodeConfig:
     return NodeConfig(name=s.hostname, node_ips=s.node_ips, host=host, runtime_version="", max_pods=s.max_pods,
                       labels=s.labels, taints=s.taints, reserved=s.reserved, pod_cidr=s.pod_cidr,
                       lease_duration=s.lease_duration, status_update=s.status_update, status_report=s.status_report)
+
+
+UNSPECIFIED = ("0.0.0.0", "::")  # noqa: S104
+
+
+async def start_api(s: Settings, kubelet: Kubelet) -> KubeletServer:
+    """The HTTPS API (logs, exec, port-forward, stats), listening where the apiserver dials the node.
+
+    With --node-netns and no specific --address, the node's addresses live in that namespace, so the
+    socket is bound there on the node IP; a specific --address is bound in the kubelet's own namespace.
+    """
+    api = KubeletServer(kubelet, address=s.address, port=s.port,
+                        runtime_endpoint=None if s.hollow else s.endpoint, node_netns=s.node_netns or None,
+                        cert_file=s.tls_cert_file or None, key_file=s.tls_key_file or None, cert_dir=s.cert_dir,
+                        client_ca_file=s.client_ca_file or None, hosts=s.node_ips)
+    sock = None
+    if s.node_netns and s.address in UNSPECIFIED:
+        dialer = Dialer(s.node_netns)
+        try:
+            sock = await dialer.listen(s.node_ips[0], s.port)
+        finally:
+            dialer.close()
+    await api.start(sock=sock)
+    kubelet.node_config.kubelet_port = api.port
+    return api
 
 
 async def main(argv: list[str]) -> None:
@@ -42,6 +70,7 @@ async def main(argv: list[str]) -> None:
         health.add_readyz_check("started", started.is_set)
         await health.start()
     runner: Kubelet | HollowNodes
+    api: KubeletServer | None = None
     if s.hollow_nodes:
         runner = HollowNodes(client, s.hostname, s.hollow_nodes, options(s), labels=s.labels, taints=s.taints,
                              max_pods=s.max_pods)
@@ -54,11 +83,15 @@ async def main(argv: list[str]) -> None:
             runtime = RemoteRuntime(s.endpoint)
         runner = Kubelet(client, runtime, node_config(s), options(s))
     try:
+        if isinstance(runner, Kubelet):
+            api = await start_api(s, runner)
         await runner.start()
         started.set()
         log.info("kubelet started", node=s.hostname, hollow=s.hollow, nodes=s.hollow_nodes or 1)
         await asyncio.Event().wait()
     finally:
+        if api is not None:
+            await api.stop()
         await runner.stop()
         if health is not None:
             await health.stop()

@@ -61,6 +61,13 @@ class Settings:
     hollow_nodes: int = 0
     cni_conf_dir: str = "/etc/cni/net.d"
     node_netns: str = ""
+    port: int = 10250
+    address: str = "0.0.0.0"  # noqa: S104 - upstream's default: every address of the node
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    cert_dir: str = ""
+    client_ca_file: str = ""
+    non_masquerade_cidr: str = "10.0.0.0/8"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -85,6 +92,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cni-conf-dir", default=None, help="where the node's CNI config is written")
     p.add_argument("--node-netns", default=None,
                    help="network namespace path of the node's containerd and pods (probes connect there)")
+    p.add_argument("--port", type=int, default=None, help="port of the kubelet API (0: any free port)")
+    p.add_argument("--address", default=None,
+                   help="address of the kubelet API; the default 0.0.0.0 with --node-netns means the node IP "
+                        "inside that namespace")
+    p.add_argument("--cert-dir", default=None, help="where a self-signed serving cert is kept (<root-dir>/pki)")
+    p.add_argument("--client-ca-file", default=None, help="clients must present a certificate this CA signed")
+    p.add_argument("--non-masquerade-cidr", default=None,
+                   help="pod traffic to addresses outside this range is masqueraded (the cluster's addresses)")
     p.add_argument("--hollow", action="store_true", help="simulate containers in memory")
     p.add_argument("--hollow-nodes", type=int, default=0, help="run N hollow kubelets named <name>-<i>")
     return p
@@ -119,6 +134,11 @@ def settings(args: argparse.Namespace) -> Settings:
         s.lease_duration = int(doc.get("nodeLeaseDurationSeconds", s.lease_duration))
         s.status_update = parse_duration(doc.get("nodeStatusUpdateFrequency", "10s"))
         s.status_report = parse_duration(doc.get("nodeStatusReportFrequency", "5m"))
+        s.port = int(doc.get("port", s.port))
+        s.address = doc.get("address", s.address)
+        s.tls_cert_file = doc.get("tlsCertFile", "")
+        s.tls_key_file = doc.get("tlsPrivateKeyFile", "")
+        s.client_ca_file = ((doc.get("authentication") or {}).get("x509") or {}).get("clientCAFile", "")
     s.hostname = (args.hostname_override or socket.gethostname()).lower()
     if args.node_ip:
         s.node_ips = [ip.strip() for ip in args.node_ip.split(",") if ip.strip()]
@@ -136,7 +156,10 @@ def settings(args: argparse.Namespace) -> Settings:
                        ("cluster_domain", "cluster_domain"), ("root_dir", "root_dir"), ("pod_cidr", "pod_cidr"),
                        ("resolv_conf", "resolv_conf"), ("healthz_port", "healthz_port"),
                        ("healthz_bind", "healthz_bind_address"), ("cni_conf_dir", "cni_conf_dir"),
-                       ("node_netns", "node_netns")):
+                       ("node_netns", "node_netns"), ("port", "port"), ("address", "address"),
+                       ("tls_cert_file", "tls_cert_file"), ("tls_key_file", "tls_private_key_file"),
+                       ("cert_dir", "cert_dir"), ("client_ca_file", "client_ca_file"),
+                       ("non_masquerade_cidr", "non_masquerade_cidr")):
         value = getattr(args, flag)
         if value is not None:
             setattr(s, attr, value)
@@ -146,6 +169,7 @@ def settings(args: argparse.Namespace) -> Settings:
     s.hollow_nodes = args.hollow_nodes
     if not s.node_ips:
         s.node_ips = [_default_ip()]
+    s.cert_dir = s.cert_dir or f"{s.root_dir}/pki"
     return s
 
 

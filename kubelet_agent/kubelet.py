@@ -11,7 +11,7 @@ import structlog
 
 from kubelet_agent import cni
 from kubelet_agent.cri.types import Runtime
-from kubelet_agent.node import NodeAgent, NodeConfig
+from kubelet_agent.node import NODES, NodeAgent, NodeConfig
 from kubelet_agent.pods.events import EventRecorder
 from kubelet_agent.pods.netns import Dialer
 from kubelet_agent.pods.resolver import Resolver
@@ -39,6 +39,8 @@ class KubeletOptions:
     housekeeping: float = 10.0
     static_interval: float = 5.0
     ca_file: str | None = None
+    non_masquerade_cidr: str = cni.DEFAULT_NON_MASQUERADE_CIDR
+    pod_cidr_wait: float = 3.0
 
 
 def read_resolv_conf(path: str) -> tuple[list[str], list[str], list[str]]:
@@ -78,6 +80,9 @@ class Kubelet:
         self.ready = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._pending: list[tuple[str, dict[str, Any]]] = []
+        self.pod_cidr = ""
+        self.node_informer: Informer | None = None
+        self._cidr_seen = asyncio.Event()
 
     @property
     def name(self) -> str:
@@ -89,13 +94,7 @@ class Kubelet:
         rt_name, rt_version = await self.runtime.version()
         self.node_config.runtime_version = f"{rt_name}://{rt_version}"
         node = await self.agent.register()
-        pod_cidr = (node.get("spec") or {}).get("podCIDR") or self.node_config.pod_cidr or \
-            cni.default_pod_cidr(self.name)
-        if self.options.cni_conf_dir and not self.runtime.simulated:
-            await asyncio.to_thread(cni.write_conf, self.options.cni_conf_dir, pod_cidr)
-        set_cidr = getattr(self.runtime, "set_pod_cidr", None)
-        if set_cidr is not None:
-            set_cidr(pod_cidr)
+        await self._start_network(node)
         simulated = self.runtime.simulated
         resolver = None if simulated else Resolver(self.client)
         self.ctx = NodeContext(
@@ -142,12 +141,70 @@ class Kubelet:
                 await task
         if self.informer is not None:
             await self.informer.stop()
+        if self.node_informer is not None:
+            await self.node_informer.stop()
         await asyncio.gather(*(w.stop() for w in self.workers.values()))
         if self._own_status:
             await self.status.stop()
         await self.runtime.close()
         if self.ctx is not None:
             self.ctx.dialer.close()
+
+    # -- the pod network -------------------------------------------------------------------------------
+
+    @property
+    def manages_cni(self) -> bool:
+        return bool(self.options.cni_conf_dir) and not self.runtime.simulated
+
+    async def _start_network(self, node: dict[str, Any]) -> None:
+        """Configure pods' network from the Node's spec.podCIDR, and follow it when node IPAM sets or moves it.
+
+        Node IPAM assigns the CIDR just after the Node appears, so a fresh node waits briefly for it
+        before falling back to --pod-cidr or a CIDR of its own.
+        """
+        cidr = (node.get("spec") or {}).get("podCIDR") or ""
+        if self.manages_cni:
+            self.node_informer = Informer(self.client, NODES, field_selector=f"metadata.name={self.name}")
+            self.node_informer.add_event_handler(self._on_node, lambda _o, n: self._on_node(n))
+            self.node_informer.start()
+            self._tasks.append(asyncio.create_task(self._follow_pod_cidr(), name=f"podcidr-{self.name}"))
+            if not cidr and not self.node_config.pod_cidr:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.options.pod_cidr_wait):
+                        await self._cidr_seen.wait()
+                cidr = self._node_cidr()
+        await self._apply_pod_cidr(cidr or self.node_config.pod_cidr or cni.default_pod_cidr(self.name))
+
+    def _on_node(self, node: dict[str, Any]) -> None:
+        if (node.get("spec") or {}).get("podCIDR"):
+            self._cidr_seen.set()
+
+    def _node_cidr(self) -> str:
+        node = self.node_informer.get(self.name) if self.node_informer is not None else None
+        return str(((node or {}).get("spec") or {}).get("podCIDR") or "")
+
+    async def _follow_pod_cidr(self) -> None:
+        while True:
+            await self._cidr_seen.wait()
+            self._cidr_seen.clear()
+            cidr = self._node_cidr()
+            if cidr and cidr != self.pod_cidr and self.pod_cidr:
+                log.info("node pod CIDR changed", node=self.name, old=self.pod_cidr, new=cidr)
+                await self._apply_pod_cidr(cidr)
+
+    async def _apply_pod_cidr(self, cidr: str) -> None:
+        """The CNI conflist (per-node IPAM state under the root dir) and the masquerade rule for `cidr`."""
+        if self.manages_cni:
+            await asyncio.to_thread(cni.write_conf, self.options.cni_conf_dir, cidr,
+                                    f"{self.options.root_dir}/cni-ipam")
+            try:
+                await cni.ensure_masquerade(cidr, self.options.non_masquerade_cidr, self.options.node_netns or None)
+            except OSError as exc:
+                log.warning("pod masquerade rule not installed", node=self.name, error=str(exc))
+        set_cidr = getattr(self.runtime, "set_pod_cidr", None)
+        if set_cidr is not None:
+            set_cidr(cidr)
+        self.pod_cidr = cidr
 
     # -- pods from the API -------------------------------------------------------------------------
 

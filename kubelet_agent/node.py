@@ -88,6 +88,7 @@ class NodeConfig:
     lease_renew: float = 10.0
     status_update: float = 10.0
     status_report: float = 300.0
+    kubelet_port: int = 10250
 
 
 def allocatable(capacity: dict[str, str], reserved: dict[str, str]) -> dict[str, str]:
@@ -173,7 +174,7 @@ class NodeAgent:
             "allocatable": self.allocatable,
             "conditions": self._conditions(old.get("conditions") or []),
             "addresses": self._addresses(),
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.config.kubelet_port}},
             "nodeInfo": {
                 "machineID": h.machine_id, "systemUUID": h.machine_id, "bootID": h.boot_id,
                 "kernelVersion": h.kernel_version, "osImage": h.os_image,

@@ -42,6 +42,14 @@ class Dialer:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, socket.socket, family, socket.SOCK_STREAM)
 
+    async def listen(self, host: str, port: int, backlog: int = 128) -> socket.socket:
+        """A listening TCP socket bound in the namespace, for servers that must be reached there."""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        if self._executor is None:
+            return _bound(family, host, port, backlog)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, _bound, family, host, port, backlog)
+
     async def connect(self, host: str, port: int, limit: float,
                       ssl: object = None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -72,6 +80,19 @@ class Dialer:
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False)
+
+
+def _bound(family: int, host: str, port: int, backlog: int) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

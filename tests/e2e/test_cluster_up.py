@@ -1,7 +1,8 @@
 """`pyk8s up --nodes 2` end to end: real node namespaces, containerd, kubelets and kube-proxies, real pods
 through the scheduler, `pyk8s image load`, and a `pyk8s down` that leaves nothing on the host.
 
-Results are read from the kubelet's container log files (/var/log/pods), since nothing here needs exec.
+Results are mostly read from the kubelet's container log files (/var/log/pods); one test goes through
+`kubectl logs` and `kubectl exec`, which the apiserver proxies to each node's kubelet API at its InternalIP.
 """
 
 from __future__ import annotations
@@ -165,6 +166,10 @@ def test_nodes_are_ready_with_their_own_pod_cidr(cluster: Cluster, record_proper
         cidrs.add(cidr)
         conf = (cluster.state_dir / "nodes" / name / "cni" / "10-pyk8s.conflist").read_text()
         assert cidr in conf, f"{name}'s CNI bridge does not use its podCIDR {cidr}"
+        plugin = orjson.loads(conf)["plugins"][0]
+        assert plugin["ipMasq"] is False
+        assert plugin["ipam"]["dataDir"] == str(cluster.state_dir / "nodes" / name / "kubelet" / "cni-ipam")
+        assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == 10250
     assert len(cidrs) == 2
 
 
@@ -199,6 +204,30 @@ def test_a_pod_runs_on_each_node(cluster: Cluster) -> None:
                                         if a["type"] == "InternalIP")
         assert wait_for(lambda p=pod, n=node: f"hello from hello-{n}" in container_log(p, "main"), 10), \
             container_log(pod, "main")
+
+
+def test_logs_exec_and_pod_ips_kept_across_nodes(cluster: Cluster) -> None:
+    """kubectl logs and exec reach each node's kubelet API; a pod on node-2 sees the client pod's own IP."""
+    cluster.apply(pod_manifest("listener", "node-2", "exec nc -l -p 9000", restart="Always"))
+    listener = cluster.wait_pod("default", "listener", ("Running",))
+    cluster.apply(pod_manifest("caller", "node-1", f"echo calling; sleep 3600 | nc {listener['status']['podIP']} 9000",
+                               restart="Always"))
+    caller = cluster.wait_pod("default", "caller", ("Running",))
+    assert wait_for(lambda: "calling" in cluster.kubectl("logs", "caller", check=False), 20), \
+        cluster.kubectl("logs", "caller", check=False)
+    assert cluster.kubectl("exec", "caller", "--", "sh", "-c", "echo exec on $(hostname)").strip() == \
+        "exec on caller"
+    seen = ""
+
+    def connected() -> bool:
+        nonlocal seen
+        seen = cluster.kubectl("exec", "listener", "--", "netstat", "-tn", check=False)
+        return ":9000 " in seen
+
+    assert wait_for(connected, 20), seen
+    peers = {line.split()[4].rsplit(":", 1)[0].removeprefix("::ffff:") for line in seen.splitlines()
+             if ":9000 " in line}
+    assert peers == {caller["status"]["podIP"]}, seen
 
 
 def test_image_load_imports_into_every_node(cluster: Cluster) -> None:
