@@ -302,3 +302,45 @@ def test_chunked_kubectl_get_over_client_created_pods(
         core.create_namespaced_pod(unique_ns, pod(f"c{i}"))
     out = kubectl.run("get", "pods", "-n", unique_ns, "--chunk-size=2", "-o", "name")
     assert out.stdout.split() == [f"pod/c{i}" for i in range(5)]
+
+
+def test_dynamic_client_patch_and_server_side_apply(apiserver: str, core: client.CoreV1Api, unique_ns: str) -> None:
+    """The official client's dynamic API: discovery, create, strategic patch, server-side apply, watch."""
+    from kubernetes.dynamic import DynamicClient
+    from kubernetes.dynamic.exceptions import ConflictError
+
+    dyn = DynamicClient(api_client(apiserver))
+    deployments = dyn.resources.get(api_version="apps/v1", kind="Deployment")
+    body = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "dyn", "namespace": unique_ns},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "dyn"}},
+                 "template": {"metadata": {"labels": {"app": "dyn"}},
+                              "spec": {"containers": [{"name": "c", "image": "busybox:1", "ports": [
+                                  {"containerPort": 80}]}]}}},
+    }
+    deployments.create(body=body, namespace=unique_ns)
+    image_patch = {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox:2"}]}}}}
+    patched = deployments.patch(name="dyn", namespace=unique_ns, body=image_patch,
+                                content_type="application/strategic-merge-patch+json")
+    container = patched.spec.template.spec.containers[0]
+    assert container.image == "busybox:2" and container.ports[0].containerPort == 80
+
+    applied = deployments.server_side_apply(
+        body={**body, "spec": {**body["spec"], "replicas": 3}}, name="dyn", namespace=unique_ns,
+        field_manager="python-apply", force_conflicts=True)
+    assert applied.spec.replicas == 3
+    managers = {m["manager"]: m["operation"] for m in applied.metadata.managedFields}
+    assert managers.get("python-apply") == "Apply"
+    with pytest.raises(ConflictError) as conflict:
+        deployments.server_side_apply(body={**body, "spec": {**body["spec"], "replicas": 5}}, name="dyn",
+                                      namespace=unique_ns, field_manager="someone-else")
+    assert "conflict" in str(conflict.value.body).lower()
+
+    events = []
+    rv = deployments.get(name="dyn", namespace=unique_ns).metadata.resourceVersion
+    deployments.patch(name="dyn", namespace=unique_ns, content_type="application/merge-patch+json",
+                      body={"metadata": {"labels": {"watched": "yes"}}})
+    for event in deployments.watch(namespace=unique_ns, resource_version=rv, timeout=5):
+        events.append((event["type"], event["object"].metadata.labels.to_dict()))
+        break
+    assert events == [("MODIFIED", {"watched": "yes"})]
