@@ -1,7 +1,12 @@
-"""kube-proxy and cluster DNS benchmarks: full sync of 10,000 Services x 5 endpoints in iptables and
-nftables mode inside a scratch network namespace, one endpoint change, and DNS queries/s with p99.
+"""kube-proxy and cluster DNS benchmarks (issue 7), all inside a scratch network namespace:
 
-Run as root: `python bench/proxy.py [--services N]`. Prints one line per measurement.
+- full sync of 10,000 Services x 5 endpoints per mode and iptables flavour (median of --repeat),
+- one endpoint change as a partial sync, in process (median of --changes),
+- with --api: one EndpointSlice write through a real etcd + apiserver to the rule being in the
+  kernel, against a real `python -m proxy_agent` at its default --min-sync-period,
+- DNS queries/s with p99.
+
+Run as root: `python bench/proxy.py [--services N] [--api]`. Prints one line per measurement.
 """
 
 from __future__ import annotations
@@ -10,17 +15,39 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import re
+import resource
+import shutil
 import statistics
 import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
-from proxy_agent.backends import Ruleset
-from proxy_agent.backends.iptables import IptablesBackend
-from proxy_agent.backends.nftables import NftablesBackend
-from proxy_agent.dns.server import DNSServer
-from proxy_agent.dns.wire import A, build_query
-from proxy_agent.dns.zone import ClusterZone
-from proxy_agent.tracker import SERVICE_NAME_LABEL, ChangeTracker, ProxyState
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from proxy_agent.backends import Backend, Ruleset, run_tool  # noqa: E402
+from proxy_agent.backends.iptables import IptablesBackend, svc_chain  # noqa: E402
+from proxy_agent.backends.nftables import NftablesBackend, chain_base  # noqa: E402
+from proxy_agent.dns.server import DNSServer  # noqa: E402
+from proxy_agent.dns.wire import A, build_query  # noqa: E402
+from proxy_agent.dns.zone import ClusterZone  # noqa: E402
+from proxy_agent.tracker import (  # noqa: E402
+    SERVICE_NAME_LABEL,
+    ChangeTracker,
+    ProxyState,
+    ServicePort,
+    ServicePortName,
+)
+from services.client import Client, ClientConfig, gvr  # noqa: E402
+from tests.conftest import REPO, free_port, start_apiserver, start_etcd_cluster  # noqa: E402
+
+SERVICES = gvr("v1", "services")
+SLICES = gvr("discovery.k8s.io/v1", "endpointslices")
+NAMESPACES = gvr("v1", "namespaces", namespaced=False)
 
 
 def objects(n: int, eps: int) -> tuple[list[dict], list[dict]]:
@@ -59,7 +86,22 @@ def objects(n: int, eps: int) -> tuple[list[dict], list[dict]]:
     return services, slices
 
 
-async def bench_mode(backend_cls: type, wrapper: str, n: int, eps: int) -> None:
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children: wall time on a loaded machine isn't."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def write_wrappers(directory: Path, ns: str, iptables: str) -> None:
+    """`iptables*` and `nft` scripts that run the chosen flavour inside the scratch namespace."""
+    for tool in ("iptables", "iptables-restore", "iptables-save", "nft"):
+        path = directory / tool
+        path.write_text(f'#!/bin/sh\nexec ip netns exec {ns} {tool.replace("iptables", iptables)} "$@"\n')
+        path.chmod(0o755)
+
+
+async def bench_mode(backend: Backend, label: str, n: int, eps: int, repeat: int, changes: int) -> None:
     services, slices = objects(n, eps)
     tracker = ChangeTracker()
     for s in services:
@@ -67,33 +109,147 @@ async def bench_mode(backend_cls: type, wrapper: str, n: int, eps: int) -> None:
     for sl in slices:
         tracker.slice_update(sl)
     state = ProxyState(node_name="n1", cluster_cidr="10.244.0.0/16")
-    backend = backend_cls(wrapper)
-    start = time.perf_counter()
-    tracker.apply(state, None)
-    tracker.take()
-    ruleset: Ruleset = backend.render(state, None)
-    rendered = time.perf_counter()
-    await backend.apply(ruleset)
-    done = time.perf_counter()
+    totals, renders, applies, cpus = [], [], [], []
+    ruleset: Ruleset | None = None
+    for _ in range(repeat):
+        cpu0 = _cpu()
+        start = time.perf_counter()
+        tracker.apply(state, None)
+        tracker.take()
+        ruleset = backend.render(state, None)
+        rendered = time.perf_counter()
+        await backend.apply(ruleset)
+        done = time.perf_counter()
+        cpus.append(_cpu() - cpu0)
+        totals.append(done - start)
+        renders.append(rendered - start)
+        applies.append(done - rendered)
+    assert ruleset is not None
     print(
-        f"{backend.mode}: full sync {n} services x {eps} endpoints: {done - start:.2f}s "
-        f"(render {rendered - start:.2f}s, apply {done - rendered:.2f}s) counts={ruleset.counts}"
+        f"{label}: full sync {n} services x {eps} endpoints: median {statistics.median(totals):.2f}s "
+        f"(render {statistics.median(renders):.2f}s, apply {statistics.median(applies):.2f}s; "
+        f"CPU {statistics.median(cpus):.2f}s summed over processes) "
+        f"of {repeat}: {', '.join(f'{t:.2f}' for t in totals)}; load {os.getloadavg()[0]:.1f}; "
+        f"counts={ruleset.counts}",
+        flush=True,
     )
-    times = []
-    for k in range(5):
-        sl = slices[k * 7]
-        sl["endpoints"][0]["addresses"] = [f"10.250.{k}.{len(times) + 1}"]
+    times, cpus = [], []
+    for k in range(changes):
+        sl = slices[k * 7 % n]
+        sl["endpoints"][0]["addresses"] = [f"10.250.{k // 250}.{k % 250 + 1}"]
+        cpu0 = _cpu()
         t0 = time.perf_counter()
         tracker.slice_update(sl)
         changed = tracker.take()
         tracker.apply(state, changed)
         await backend.apply(backend.render(state, changed))
         times.append(time.perf_counter() - t0)
+        cpus.append(_cpu() - cpu0)
     print(
-        f"{backend.mode}: one endpoint change applied: median {statistics.median(times) * 1000:.0f} ms, "
-        f"max {max(times) * 1000:.0f} ms"
+        f"{label}: one endpoint change (partial sync, in process): median "
+        f"{statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms over {changes}; "
+        f"CPU median {statistics.median(cpus) * 1000:.0f} ms",
+        flush=True,
     )
     await backend.cleanup()
+
+
+async def _create_all(client: Client, n: int, eps: int, concurrency: int = 32) -> list[dict]:
+    services, slices = objects(n, eps)
+    for i in range(50):
+        await client.create(NAMESPACES, {"metadata": {"name": f"ns-{i}"}})
+    queue: asyncio.Queue[tuple] = asyncio.Queue()
+    for i, (svc, sl) in enumerate(zip(services, slices, strict=True)):
+        # explicit, unique addresses and ports: the apiserver's allocators are not what is measured
+        svc["spec"]["clusterIP"] = f"10.97.{i // 256 % 256}.{i % 256}"
+        if svc["spec"]["type"] == "ClusterIP":
+            del svc["spec"]["ports"][0]["nodePort"]
+        queue.put_nowait((svc, sl))
+    created: list[dict] = []
+
+    async def worker() -> None:
+        while not queue.empty():
+            svc, sl = queue.get_nowait()
+            await client.create(SERVICES, svc)
+            created.append(await client.create(SLICES, sl))
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return created
+
+
+async def _metric(http: httpx.AsyncClient, url: str, name: str) -> float:
+    try:
+        text = (await http.get(url)).text
+    except httpx.HTTPError:
+        return 0.0
+    m = re.search(rf"^{name} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+async def bench_api(mode: str, wrappers: Path, n: int, eps: int, changes: int, work: Path) -> None:
+    """EndpointSlice PUT -> apiserver -> watch -> proxy -> kernel, timed by the proxy's
+    last-sync timestamp and checked against the kernel's rules."""
+    members = start_etcd_cluster(1, work / f"etcd-{mode}")
+    api = start_apiserver([members[0].client_url], work / f"apiserver-{mode}")
+    proxy: asyncio.subprocess.Process | None = None
+    log = None
+    try:
+        async with Client(ClientConfig(server=api.url, timeout=120)) as client, httpx.AsyncClient() as http:
+            t0 = time.perf_counter()
+            created = await _create_all(client, n, eps)
+            print(f"{mode}: created {n} Services and slices through the API in {time.perf_counter() - t0:.0f}s")
+            metrics_port = free_port()
+            log = await asyncio.to_thread(open, work / f"proxy-{mode}.log", "wb")
+            proxy = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "proxy_agent", "--master", api.url, "--hostname-override", "n1",
+                "--proxy-mode", mode, "--cluster-cidr", "10.244.0.0/16",
+                "--iptables-binary", str(wrappers / "iptables"), "--nft-binary", str(wrappers / "nft"),
+                "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", f"127.0.0.1:{metrics_port}",
+                cwd=REPO, stdout=log, stderr=log,
+            )  # fmt: skip
+            url = f"http://127.0.0.1:{metrics_port}/metrics"
+            stamp = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
+            t0 = time.time()
+            while True:
+                if await _metric(http, url, stamp) > 0:
+                    break
+                await asyncio.sleep(0.2)
+            print(f"{mode}: proxy start to first full sync {time.time() - t0:.1f}s", flush=True)
+            latencies = []
+            for k in range(changes):
+                await asyncio.sleep(1.5)  # past --min-sync-period (1 s), so the change is not rate-limited
+                sl = created[(k * 7 + 3) % n]
+                meta = sl["metadata"]
+                new_ip = f"10.251.{k // 250}.{k % 250 + 1}"
+                sl["endpoints"][0]["addresses"] = [new_ip]
+                sp = ServicePort(ServicePortName(meta["namespace"], sl["metadata"]["labels"][SERVICE_NAME_LABEL],
+                                                 "http", "TCP"), "", 80, "TCP")  # fmt: skip
+                if mode == "nftables":
+                    check = [str(wrappers / "nft"), "list", "chain", "ip", "kube-proxy", f"service-{chain_base(sp)}"]
+                else:
+                    check = [str(wrappers / "iptables"), "-w", "-t", "nat", "-S", svc_chain(sp)]
+                start = time.time()
+                sl.update(await client.replace(SLICES, sl))
+                while True:
+                    synced = await _metric(http, url, stamp)
+                    if synced >= start and new_ip in (await run_tool(check, check=False))[1]:
+                        latencies.append(synced - start)
+                        break
+                    await asyncio.sleep(0.005)
+            print(
+                f"{mode}: endpoint change through the API to the kernel ({n} services): median "
+                f"{statistics.median(latencies) * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms over {changes}",
+                flush=True,
+            )
+    finally:
+        if proxy is not None:
+            proxy.terminate()
+            await proxy.wait()
+        if log is not None:
+            log.close()
+        api.stop()
+        for m in members:
+            m.kill()
 
 
 def serve_dns(port: int, n: int) -> None:
@@ -162,33 +318,65 @@ async def bench_dns(port: int, seconds: float, concurrency: int, names: int) -> 
     )
 
 
+async def run_modes(args: argparse.Namespace, ns: str, work: Path) -> None:
+    modes = args.modes.split(",")
+    for flavour in args.iptables.split(",") if "iptables" in modes and not args.api_only else []:
+        wrappers = work / flavour
+        wrappers.mkdir()
+        write_wrappers(wrappers, ns, flavour)
+        try:
+            async with asyncio.timeout(args.timeout):
+                await bench_mode(
+                    IptablesBackend(str(wrappers / "iptables")),
+                    f"iptables ({flavour})",
+                    args.services,
+                    args.endpoints,
+                    args.repeat,
+                    args.changes,
+                )
+        except TimeoutError:
+            print(f"iptables ({flavour}): did not finish within {args.timeout:.0f}s", flush=True)
+            await IptablesBackend(str(wrappers / "iptables")).cleanup()
+    wrappers = work / "default"
+    wrappers.mkdir()
+    write_wrappers(wrappers, ns, args.iptables.split(",")[0])
+    if "nftables" in modes and not args.api_only:
+        backend = NftablesBackend(str(wrappers / "nft"))
+        await bench_mode(backend, "nftables", args.services, args.endpoints, args.repeat, args.changes)
+    if args.api or args.api_only:
+        for mode in modes:
+            await bench_api(mode, wrappers, args.services, args.endpoints, args.changes, work)
+
+
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--services", type=int, default=10_000)
     p.add_argument("--endpoints", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=3, help="full syncs per mode; the median is reported")
+    p.add_argument("--changes", type=int, default=11, help="endpoint changes per mode")
     p.add_argument("--dns-seconds", type=float, default=5)
     p.add_argument("--dns-concurrency", type=int, default=8)
-    p.add_argument("--iptables", default="iptables-legacy", help="iptables flavour the wrappers run")
+    p.add_argument(
+        "--iptables",
+        default="iptables-legacy,iptables-nft",
+        help="iptables flavours to measure; the first also serves --api",
+    )
+    p.add_argument("--timeout", type=float, default=120, help="give up on an iptables flavour after this")
     p.add_argument("--modes", default="iptables,nftables", help="proxy modes to measure")
+    p.add_argument("--api", action="store_true", help="also time endpoint changes through a real apiserver")
+    p.add_argument("--api-only", action="store_true", help="only the --api measurement")
+    p.add_argument("--skip-dns", action="store_true")
     args = p.parse_args()
-    ns = f"pyk8s-bench-{os.getpid()}"
+    ns = f"pyk8s-proxybench-{os.getpid()}"
+    work = Path(tempfile.mkdtemp(prefix=f"{ns}-"))
     subprocess.run(["ip", "netns", "add", ns], check=True)
-    wrappers = f"/tmp/{ns}"
-    os.makedirs(wrappers)
-    for tool in ("iptables", "iptables-restore", "iptables-save", "nft"):
-        path = f"{wrappers}/{tool}"
-        with open(path, "w") as f:
-            real = tool.replace("iptables", args.iptables)
-            f.write(f'#!/bin/sh\nexec ip netns exec {ns} {real} "$@"\n')
-        os.chmod(path, 0o755)
     try:
-        if "iptables" in args.modes:
-            asyncio.run(bench_mode(IptablesBackend, f"{wrappers}/iptables", args.services, args.endpoints))
-        if "nftables" in args.modes:
-            asyncio.run(bench_mode(NftablesBackend, f"{wrappers}/nft", args.services, args.endpoints))
+        asyncio.run(run_modes(args, ns, work))
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
-        subprocess.run(["rm", "-rf", wrappers], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+    if args.skip_dns:
+        return
     port = 20000 + os.getpid() % 20000
     server = multiprocessing.get_context("spawn").Process(target=serve_dns, args=(port, 1000), daemon=True)
     server.start()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import re
+import shutil
 import socket
 import sys
 
 import structlog
 
-from proxy_agent.backends import Backend
+from proxy_agent.backends import Backend, run_tool
 from proxy_agent.backends.iptables import IptablesBackend
 from proxy_agent.backends.ipvs import IpvsBackend
 from proxy_agent.backends.nftables import NftablesBackend
@@ -65,7 +67,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--masquerade-all", action="store_true", help="masquerade all traffic to Service IPs")
     p.add_argument("--nodeport-addresses", default="", help="comma-separated CIDRs NodePorts listen on")
     p.add_argument("--sync-period", type=duration, default=30.0)
-    p.add_argument("--min-sync-period", type=duration, default=1.0)
+    p.add_argument(
+        "--min-sync-period",
+        type=duration,
+        default=1.0,
+        help="least time between syncs (upstream's 1s); a change after a quiet spell is applied at once",
+    )
     p.add_argument("--cleanup", action="store_true", help="remove every rule kube-proxy wrote, then exit")
     p.add_argument(
         "--healthz-bind-address",
@@ -81,8 +88,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--iptables-binary",
-        default="iptables",
-        help="iptables command; <binary>-restore and <binary>-save are used alongside",
+        default="auto",
+        help="iptables command; <binary>-restore and <binary>-save are used alongside. 'auto' picks "
+        "iptables-legacy or iptables-nft as described in detect_iptables",
     )
     p.add_argument("--nft-binary", default="nft", help="nft command")
     p.add_argument("--ipvs-scheduler", default="rr")
@@ -90,6 +98,26 @@ def parser() -> argparse.ArgumentParser:
         "--dry-run-output", default=None, help="write the ruleset to this file instead of applying it"
     )
     return p
+
+
+def choose_iptables(saves: dict[str, str]) -> str:
+    """Pick a flavour from each one's `iptables-save` output, like upstream's iptables-wrapper: the
+    one holding kube-proxy's chains, else the one holding kubelet's hint chains; with no such rules,
+    legacy, whose restore takes a 10,000-Service ruleset in seconds where the nft-backed restore
+    takes minutes on this kernel (bench/proxy.py)."""
+    for pattern in (r"^:KUBE-(SERVICES|SVC-|SEP-|PROXY-CANARY)", r"^:KUBE-(IPTABLES-HINT|KUBELET-CANARY)"):
+        having = [flavour for flavour, out in saves.items() if re.search(pattern, out, re.M)]
+        if len(having) == 1:
+            return having[0]
+    return "iptables-legacy" if "iptables-legacy" in saves else next(iter(saves), "iptables")
+
+
+async def detect_iptables() -> str:
+    """choose_iptables over the flavours installed here."""
+    flavours = [f for f in ("iptables-legacy", "iptables-nft") if shutil.which(f + "-restore")]
+    if len(flavours) < 2:
+        return flavours[0] if flavours else "iptables"
+    return choose_iptables({f: (await run_tool([f + "-save"], check=False))[1] for f in flavours})
 
 
 def make_backend(args: argparse.Namespace) -> Backend:
@@ -101,8 +129,12 @@ def make_backend(args: argparse.Namespace) -> Backend:
 
 
 async def cleanup(args: argparse.Namespace) -> None:
-    """Remove everything any mode wrote, as upstream's --cleanup does."""
-    for backend in (IptablesBackend(args.iptables_binary), NftablesBackend(args.nft_binary)):
+    """Remove everything any mode wrote, as upstream's --cleanup does (both iptables flavours on 'auto')."""
+    binaries = [args.iptables_binary]
+    if args.iptables_binary == "auto":
+        binaries = [f for f in ("iptables-legacy", "iptables-nft") if shutil.which(f + "-restore")] or ["iptables"]
+    backends: list[Backend] = [IptablesBackend(b) for b in binaries]
+    for backend in [*backends, NftablesBackend(args.nft_binary)]:
         try:
             await backend.cleanup()
         except Exception as exc:
@@ -113,6 +145,9 @@ async def main_async(args: argparse.Namespace) -> None:
     if args.cleanup:
         await cleanup(args)
         return
+    if args.iptables_binary == "auto":
+        args.iptables_binary = await detect_iptables()
+        log.info("iptables flavour detected", binary=args.iptables_binary)
     hostname = (args.hostname_override or socket.gethostname()).strip().lower()
     state = ProxyState(
         node_name=hostname,

@@ -6,8 +6,9 @@ EndpointSlices, plus a change tracker that remembers which Services need their r
 from __future__ import annotations
 
 import ipaddress
+import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 Obj = dict[str, Any]
 
@@ -30,6 +31,11 @@ class ServicePortName:
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}:{self.port}" if self.port else f"{self.namespace}/{self.name}"
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """The sort key as a plain tuple: sorting 10,000 ports by it avoids the dataclass __lt__."""
+        return self.namespace, self.name, self.port, self.protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +62,9 @@ class ServicePort:
         return bool(self.node_port or self.external_ips)
 
 
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """One backend address of one Service port, with its EndpointSlice conditions."""
+class Endpoint(NamedTuple):
+    """One backend address of one Service port, with its EndpointSlice conditions (a tuple: 50,000
+    of them are built on every full sync)."""
 
     ip: str
     port: int
@@ -108,7 +114,7 @@ def service_ports(svc: Obj) -> dict[ServicePortName, ServicePort]:
 
 def slice_endpoints(slices: list[Obj]) -> dict[tuple[str, str], list[Endpoint]]:
     """Endpoints per (port name, protocol) merged over a Service's IPv4 slices, deduplicated by ip:port."""
-    merged: dict[tuple[str, str], dict[str, Endpoint]] = {}
+    merged: dict[tuple[str, str], dict[tuple[str, int], Endpoint]] = {}
     for sl in slices:
         if sl.get("addressType", "IPv4") != "IPv4":
             continue
@@ -117,28 +123,29 @@ def slice_endpoints(slices: list[Obj]) -> dict[tuple[str, str], list[Endpoint]]:
                 continue
             key = (port.get("name") or "", port.get("protocol") or "TCP")
             bucket = merged.setdefault(key, {})
+            number = int(port["port"])
             for ep in sl.get("endpoints") or []:
-                addresses = ep.get("addresses") or []
+                addresses = ep.get("addresses")
                 if not addresses:
                     continue
                 cond = ep.get("conditions") or {}
                 ready = cond.get("ready") is not False
-                serving = cond.get("serving") if cond.get("serving") is not None else ready
+                serving = cond.get("serving")
                 endpoint = Endpoint(
-                    ip=addresses[0],
-                    port=int(port["port"]),
-                    ready=ready,
-                    serving=bool(serving),
-                    terminating=bool(cond.get("terminating")),
-                    node_name=ep.get("nodeName") or "",
-                    hostname=ep.get("hostname") or "",
+                    addresses[0],
+                    number,
+                    ready,
+                    ready if serving is None else bool(serving),
+                    bool(cond.get("terminating")),
+                    ep.get("nodeName") or "",
+                    ep.get("hostname") or "",
                 )
-                bucket.setdefault(str(endpoint), endpoint)
+                bucket.setdefault((endpoint.ip, number), endpoint)
     return {key: sorted(b.values(), key=_ep_order) for key, b in merged.items()}
 
 
-def _ep_order(ep: Endpoint) -> tuple[int, int]:
-    return int(ipaddress.IPv4Address(ep.ip)), ep.port
+def _ep_order(ep: Endpoint) -> tuple[bytes, int]:
+    return socket.inet_aton(ep.ip), ep.port
 
 
 def usable(endpoints: list[Endpoint]) -> list[Endpoint]:

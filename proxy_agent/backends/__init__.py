@@ -38,7 +38,12 @@ async def run_tool(argv: list[str], stdin: str | None = None, check: bool = True
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await proc.communicate(stdin.encode() if stdin is not None else None)
+    try:
+        out, err = await proc.communicate(stdin.encode() if stdin is not None else None)
+    except asyncio.CancelledError:
+        proc.kill()
+        await proc.wait()
+        raise
     rc = proc.returncode or 0
     if check and rc != 0:
         raise CommandError(f"{' '.join(argv)} exited {rc}: {err.decode(errors='replace').strip()[:2000]}")

@@ -1,14 +1,16 @@
 """iptables mode: upstream's chain layout written through one `iptables-restore --noflush`.
 
-Top-level chains (KUBE-SERVICES, KUBE-NODEPORTS, the filter chains) are rewritten on every sync;
-per-Service chains (KUBE-SVC/SVL/EXT/SEP) only for the Services that changed (partial sync), or for
-all of them on a full sync. Chains that no longer belong to anything are flushed and deleted in the
-same transaction.
+Per-Service chains (KUBE-SVC/SVL/EXT/SEP) are written only for the Services that changed (partial
+sync), or for all of them on a full sync. The top-level chains (KUBE-SERVICES, KUBE-NODEPORTS, the
+filter chains: one rule per Service, 10,000 at scale) are rewritten only on a full sync or when a
+changed Service's own dispatch rules differ, assembled from per-Service caches. Chains that no
+longer belong to anything are flushed and deleted in the same transaction.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from proxy_agent.backends import Backend, CommandError, Ruleset, b32_hash, run_tool
 from proxy_agent.tracker import Endpoint, ProxyState, ServicePort, usable
@@ -274,8 +276,17 @@ def service_rules(state: ProxyState, sp: ServicePort, masq_rule: str | None) -> 
     return out
 
 
+@dataclass(slots=True)
+class _Cached:
+    """What one Service contributed to the last ruleset, so partial syncs render only changed ones."""
+
+    top: tuple[tuple[str, ...], ...]
+    nat_chains: list[str]
+    chains: list[str]
+
+
 class IptablesBackend(Backend):
-    """Renders and applies the iptables ruleset; remembers which chains each Service owns."""
+    """Renders and applies the iptables ruleset; remembers each Service's rules and chains."""
 
     mode = "iptables"
 
@@ -283,66 +294,107 @@ class IptablesBackend(Backend):
         self.binary = binary
         self.restore = binary + "-restore"
         self.save = binary + "-save"
-        self._owned: dict[str, list[str]] = {}
+        self._cache: dict[str, _Cached] = {}
         self._kernel_unknown = True
 
+    def _service(self, state: ProxyState, ports: list[ServicePort], masq_rule: str | None) -> _Cached:
+        top: list[list[str]] = [[], [], [], [], []]
+        nat_chains: list[str] = []
+        chains: list[str] = []
+        for sp in ports:
+            rules = service_rules(state, sp, masq_rule)
+            top[0] += rules.services
+            top[1] += rules.nodeports
+            top[2] += rules.filter_services
+            top[3] += rules.ext_filter
+            if sp.health_check_node_port:
+                hc_comment = _q(sp.name.service + " health check node port")
+                top[4].append(
+                    f"-A KUBE-NODEPORTS -m comment --comment {hc_comment} "
+                    f"-m tcp -p tcp --dport {sp.health_check_node_port} -j ACCEPT"
+                )
+            nat_chains += rules.nat_chains
+            chains += rules.chains
+        return _Cached(tuple(tuple(part) for part in top), nat_chains, chains)
+
     def render(self, state: ProxyState, changed: set[str] | None) -> Ruleset:
+        """Full: every chain. Partial: the changed Services' chains, plus the top-level chains only
+        when a changed Service's dispatch rules differ (as upstream, which skips unchanged chains)."""
         full = changed is None
         masq_rule: str | None = None
         if state.masquerade_all:
             masq_rule = ""
         elif state.cluster_cidr:
             masq_rule = f" ! -s {state.cluster_cidr}"
-        services: list[str] = []
-        nodeports: list[str] = []
-        filter_services: list[str] = []
-        ext_filter: list[str] = []
-        hc_rules: list[str] = []
+        by_service: dict[str, list[ServicePort]] = {}
+        for sp in sorted(
+            (sp for sp in state.services.values() if full or sp.name.service in changed),  # type: ignore[operator]
+            key=lambda s: s.name.key,
+        ):
+            by_service.setdefault(sp.name.service, []).append(sp)
+        keys = set(self._cache) | set(by_service) if full else changed
+        before = {svc: self._cache.pop(svc) for svc in keys if svc in self._cache}  # type: ignore[union-attr]
+        if full:
+            self._cache = {}
+        top_changed = full
         chain_decls: list[str] = []
         chain_rules: list[str] = []
-        owned: dict[str, list[str]] = {} if full else dict(self._owned)
-        touched: set[str] = set()
-        for sp in sorted(state.services.values(), key=lambda s: s.name):
-            rules = service_rules(state, sp, masq_rule)
-            services += rules.services
-            nodeports += rules.nodeports
-            filter_services += rules.filter_services
-            ext_filter += rules.ext_filter
-            if sp.health_check_node_port:
-                hc_comment = _q(sp.name.service + " health check node port")
-                hc_rules.append(
-                    f"-A KUBE-NODEPORTS -m comment --comment {hc_comment} "
-                    f"-m tcp -p tcp --dport {sp.health_check_node_port} -j ACCEPT"
-                )
-            svc = sp.name.service
-            if full or svc in changed:  # type: ignore[operator]
-                if svc not in touched:
-                    owned[svc] = []
-                    touched.add(svc)
-                owned[svc] += rules.nat_chains
-                chain_decls += rules.nat_chains
-                chain_rules += rules.chains
-        if not full:
-            for svc in changed:  # type: ignore[union-attr]
-                if svc not in touched:
-                    owned.pop(svc, None)
-        alive = {c for chains in owned.values() for c in chains}
-        previous = {c for chains in self._owned.values() for c in chains}
-        stale = sorted(previous - alive)
-        self._owned = owned
+        for svc, ports in by_service.items():
+            entry = self._service(state, ports, masq_rule)
+            self._cache[svc] = entry
+            chain_decls += entry.nat_chains
+            chain_rules += entry.chains
+            old = before.get(svc)
+            top_changed = top_changed or old is None or old.top != entry.top
+        top_changed = top_changed or any(svc not in self._cache for svc in before)
+        stale = sorted({c for e in before.values() for c in e.nat_chains} - set(chain_decls))
 
         nat: list[str] = ["*nat"]
-        nat += [f":{c} - [0:0]" for c in NAT_TOP]
+        if top_changed:
+            nat += [f":{c} - [0:0]" for c in NAT_TOP]
         nat += [f":{c} - [0:0]" for c in chain_decls]
         nat += [f":{c} - [0:0]" for c in stale]
-        nat.append(f"-A KUBE-POSTROUTING -m mark ! --mark {MASQ_MARK}/{MASQ_MARK} -j RETURN")
-        nat.append(f"-A KUBE-POSTROUTING -j MARK --xor-mark {MASQ_MARK}")
-        nat.append(
+        flt: list[str] = []
+        if top_changed:
+            nat += self._nat_top(state)
+            flt = ["*filter", *(f":{c} - [0:0]" for c in FILTER_TOP)]
+            for part in (2, 3, 4):
+                for entry in self._ordered():
+                    flt += entry.top[part]
+            flt += [
+                "-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP",
+                '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" '
+                f"-m mark --mark {MASQ_MARK}/{MASQ_MARK} -j ACCEPT",
+                '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" '
+                "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+                "COMMIT",
+            ]
+        nat += chain_rules
+        nat += [f"-X {c}" for c in stale]
+        nat.append("COMMIT")
+        counts = {
+            "nat": sum(len(e.top[0]) + len(e.top[1]) + len(e.chains) for e in self._cache.values())
+            + 4
+            + len(state.nodeport_ips() or [None]),
+            "filter": sum(len(e.top[2]) + len(e.top[3]) + len(e.top[4]) for e in self._cache.values()) + 3,
+        }
+        return Ruleset("\n".join(flt + nat) + "\n", full, counts)
+
+    def _ordered(self) -> list[_Cached]:
+        return [self._cache[k] for k in sorted(self._cache, key=lambda k: tuple(k.split("/", 1)))]
+
+    def _nat_top(self, state: ProxyState) -> list[str]:
+        """KUBE-POSTROUTING, KUBE-MARK-MASQ, KUBE-SERVICES and KUBE-NODEPORTS from every cached Service."""
+        ordered = self._ordered()
+        nat = [
+            f"-A KUBE-POSTROUTING -m mark ! --mark {MASQ_MARK}/{MASQ_MARK} -j RETURN",
+            f"-A KUBE-POSTROUTING -j MARK --xor-mark {MASQ_MARK}",
             '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" '
-            "-j MASQUERADE --random-fully"
-        )
-        nat.append(f"-A KUBE-MARK-MASQ -j MARK --or-mark {MASQ_MARK}")
-        nat += services
+            "-j MASQUERADE --random-fully",
+            f"-A KUBE-MARK-MASQ -j MARK --or-mark {MASQ_MARK}",
+        ]
+        for entry in ordered:
+            nat += entry.top[0]
         np_comment = _q("kubernetes service nodeports; NOTE: this must be the last rule in this chain")
         ips = state.nodeport_ips()
         if ips is None:
@@ -355,41 +407,24 @@ class IptablesBackend(Backend):
                 f"-A KUBE-SERVICES -m comment --comment {np_comment} -d {ip}/32 -j KUBE-NODEPORTS"
                 for ip in ips
             ]
-        nat += nodeports
-        nat += chain_rules
-        nat += [f"-X {c}" for c in stale]
-        nat.append("COMMIT")
-
-        flt: list[str] = ["*filter"]
-        flt += [f":{c} - [0:0]" for c in FILTER_TOP]
-        flt += filter_services
-        flt += ext_filter
-        flt += hc_rules
-        flt.append("-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP")
-        flt.append(
-            f'-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" '
-            f"-m mark --mark {MASQ_MARK}/{MASQ_MARK} -j ACCEPT"
-        )
-        flt.append(
-            '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" '
-            "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"
-        )
-        flt.append("COMMIT")
-        counts = {
-            "nat": sum(1 for line in nat if line.startswith("-A")),
-            "filter": sum(1 for line in flt if line.startswith("-A")),
-        }
-        return Ruleset("\n".join(flt + nat) + "\n", full, counts)
+        for entry in ordered:
+            nat += entry.top[1]
+        return nat
 
     def rollback(self) -> None:
         self._kernel_unknown = True
 
-    async def _existing_chains(self) -> set[str]:
-        _, out = await run_tool([self.save, "-t", "nat"], check=False)
-        return {m.group(1) for m in re.finditer(r"^:(KUBE-(?:SVC|SVL|EXT|SEP|FW)-\S+)", out, re.M)}
+    async def _saved(self) -> dict[str, str]:
+        """`iptables-save` of nat and filter: one table fetch each, where every `-C` check costs one."""
+        return {t: (await run_tool([self.save, "-t", t], check=False))[1] for t in ("nat", "filter")}
 
-    async def ensure_jumps(self) -> None:
+    async def ensure_jumps(self, saved: dict[str, str] | None = None) -> None:
+        """Insert the jumps from the built-in chains that are missing; a jump found verbatim in
+        `saved` needs no `-C` (with the legacy backend each `-C` copies the whole table out)."""
         for table, chain, rule in JUMPS:
+            words = [f'"{w}"' if " " in w else w for w in rule]
+            if saved is not None and f"-A {chain} {' '.join(words)}\n" in saved.get(table, ""):
+                continue
             rc, _ = await run_tool([self.binary, "-w", "-t", table, "-C", chain, *rule], check=False)
             if rc != 0:
                 target = rule[-1]
@@ -399,10 +434,12 @@ class IptablesBackend(Backend):
     async def apply(self, ruleset: Ruleset) -> None:
         text = ruleset.text
         if ruleset.full:
-            await self.ensure_jumps()
+            saved = await self._saved()
+            await self.ensure_jumps(saved)
             if self._kernel_unknown:
                 declared = set(re.findall(r"^:(\S+)", text, re.M))
-                leftover = sorted((await self._existing_chains()) - declared)
+                existing = set(re.findall(r"^:(KUBE-(?:SVC|SVL|EXT|SEP|FW)-\S+)", saved["nat"], re.M))
+                leftover = sorted(existing - declared)
                 if leftover:
                     extra = [f":{c} - [0:0]" for c in leftover] + [f"-X {c}" for c in leftover]
                     head, _, tail = text.rpartition("COMMIT")

@@ -1,8 +1,18 @@
 """nftables mode: upstream's `ip kube-proxy` table, written as one `nft -f` transaction.
 
-Dispatch goes through verdict maps (service-ips, service-nodeports, no-endpoint-services, ...),
-so a partial sync rewrites the maps' elements and only the chains of the Services that changed.
-A full sync deletes and recreates the whole table in the same transaction.
+Dispatch goes through verdict maps (service-ips, service-nodeports, no-endpoint-services, ...)
+that jump to one chain per Service port. Endpoint selection is one `numgen random mod k == 0`
+DNAT rule per endpoint (probability 1/k of the rest, as iptables' statistic rules), not upstream's
+anonymous `numgen ... vmap { ... }`: the kernel names every anonymous set by scanning all sets of
+the table, so 10,000 of them made one `nft -f` take minutes (quadratic); a concatenated
+`ip daddr . th dport . numgen` map was tried too and costs ~7 s of kernel time for 50,000 elements.
+Per-endpoint chains remain only for sessionAffinity (they hold the affinity set update); hairpin
+masquerading is one rule in `masquerading` over the `hairpin-endpoints` set of endpoint IP pairs,
+and ClusterIP masquerading one rule in `services`.
+
+A partial sync adds and deletes only the changed Services' map elements (reference-counted, since
+an endpoint IP can back several Services) and flushes and refills only their chains; a full sync
+deletes and recreates the whole table in the same transaction.
 """
 
 from __future__ import annotations
@@ -68,6 +78,7 @@ SETS = (
         "ClusterIP, ExternalIP and LoadBalancer IP traffic",
     ),
     ("map", "service-nodeports", "inet_proto . inet_service : verdict", "NodePort traffic"),
+    ("set", "hairpin-endpoints", "ipv4_addr . ipv4_addr", "endpoint IP twice, to masquerade hairpin traffic"),
 )
 
 
@@ -85,19 +96,34 @@ def endpoint_base(sp: ServicePort, ep: Endpoint) -> str:
     return hash_truncate(f"{sp.name.namespace}/{sp.name.name}/{sp.proto}/{sp.name.port}__{ep.ip}/{ep.port}")
 
 
+def _pick(remaining: int) -> str:
+    """Pick this endpoint with probability 1/remaining, so the whole chain spreads traffic evenly."""
+    return f"numgen random mod {remaining} == 0 " if remaining > 1 else ""
+
+
+def _elements(verb: str, elems: dict[tuple[str, str], None], key_only: bool) -> list[str]:
+    """One `add element`/`delete element` command per set; deletes name only the key of map elements."""
+    by_set: dict[str, list[str]] = {}
+    for setname, elem in elems:
+        by_set.setdefault(setname, []).append(elem.split(" : ", 1)[0] if key_only else elem)
+    return [f"{verb} {TABLE} {name} {{ {', '.join(items)} }}" for name, items in by_set.items()]
+
+
 class NftablesBackend(Backend):
-    """Renders and applies the nftables ruleset; remembers which chains and sets each Service owns."""
+    """Renders and applies the nftables ruleset; remembers which chains, sets and map elements each
+    Service owns so that a partial sync touches nothing else."""
 
     mode = "nftables"
 
     def __init__(self, binary: str = "nft") -> None:
         self.binary = binary
-        self._owned: dict[str, list[tuple[str, str]]] = {}
+        self._owned: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {}
+        self._refs: dict[tuple[str, str], int] = {}
 
     def service_objects(
-        self, state: ProxyState, sp: ServicePort, masq: str | None
-    ) -> tuple[list[tuple[str, str]], list[str], dict[str, list[str]]]:
-        """(owned objects, their declarations, map elements) for one Service port."""
+        self, state: ProxyState, sp: ServicePort
+    ) -> tuple[list[tuple[str, str]], list[str], list[str], list[tuple[str, str]]]:
+        """(owned objects, their declarations, their rules, (set, element) pairs) for one Service port."""
         base = chain_base(sp)
         all_eps = usable(state.endpoints.get(sp.name, []))
         local_eps = state.local_endpoints(sp)
@@ -107,22 +133,19 @@ class NftablesBackend(Backend):
         objs: list[tuple[str, str]] = []
         decls: list[str] = []
         rules: list[str] = []
-        elems: dict[str, list[str]] = {}
+        elems: list[tuple[str, str]] = [("cluster-ips", sp.cluster_ip)]
         key = f"{sp.cluster_ip} . {sp.proto} . {sp.port}"
-        elems.setdefault("cluster-ips", []).append(sp.cluster_ip)
         if internal_eps:
-            elems.setdefault("service-ips", []).append(f"{key} : goto {loc if sp.internal_local else svc}")
+            elems.append(("service-ips", f"{key} : goto {loc if sp.internal_local else svc}"))
         else:
             verdict = "drop" if sp.internal_local and all_eps else "goto reject-chain"
-            elems.setdefault("no-endpoint-services", []).append(f"{key} : {verdict}")
+            elems.append(("no-endpoint-services", f"{key} : {verdict}"))
         if sp.external:
             if external_eps:
                 for eip in sp.external_ips:
-                    elems.setdefault("service-ips", []).append(f"{eip} . {sp.proto} . {sp.port} : goto {ext}")
+                    elems.append(("service-ips", f"{eip} . {sp.proto} . {sp.port} : goto {ext}"))
                 if sp.node_port:
-                    elems.setdefault("service-nodeports", []).append(
-                        f"{sp.proto} . {sp.node_port} : goto {ext}"
-                    )
+                    elems.append(("service-nodeports", f"{sp.proto} . {sp.node_port} : goto {ext}"))
                 objs.append(("chain", ext))
                 if sp.external_local:
                     if state.cluster_cidr:
@@ -145,14 +168,10 @@ class NftablesBackend(Backend):
             else:
                 verdict = "drop" if sp.external_local and all_eps else "goto reject-chain"
                 for eip in sp.external_ips:
-                    elems.setdefault("no-endpoint-services", []).append(
-                        f"{eip} . {sp.proto} . {sp.port} : {verdict}"
-                    )
+                    elems.append(("no-endpoint-services", f"{eip} . {sp.proto} . {sp.port} : {verdict}"))
                 if sp.node_port:
-                    elems.setdefault("no-endpoint-nodeports", []).append(
-                        f"{sp.proto} . {sp.node_port} : {verdict}"
-                    )
-        seps: dict[str, tuple[Endpoint, str]] = {}
+                    elems.append(("no-endpoint-nodeports", f"{sp.proto} . {sp.node_port} : {verdict}"))
+        affinity: dict[str, tuple[Endpoint, str]] = {}
         for chain, eps, wanted in (
             (svc, all_eps, bool(all_eps) and (not sp.internal_local or sp.external)),
             (loc, local_eps, bool(local_eps) and (sp.internal_local or sp.external_local)),
@@ -160,92 +179,97 @@ class NftablesBackend(Backend):
             if not wanted:
                 continue
             objs.append(("chain", chain))
-            if masq is not None and chain == (loc if sp.internal_local else svc):
-                rules.append(
-                    f"add rule {TABLE} {chain} ip daddr {sp.cluster_ip} {sp.proto} dport {sp.port}"
-                    f"{masq} jump mark-for-masquerade"
-                )
-            targets = []
-            for ep in eps:
-                ebase = endpoint_base(sp, ep)
-                seps[f"endpoint-{ebase}"] = (ep, f"affinity-{ebase}")
-                targets.append(f"endpoint-{ebase}")
+            n = len(eps)
             if sp.affinity_timeout:
-                for target in targets:
-                    rules.append(f"add rule {TABLE} {chain} ip saddr @{seps[target][1]} goto {target}")
-            vmap = ", ".join(f"{i} : goto {t}" for i, t in enumerate(targets))
-            rules.append(f"add rule {TABLE} {chain} numgen random mod {len(targets)} vmap {{ {vmap} }}")
-        for chain, (ep, aff) in seps.items():
+                targets = []
+                for ep in eps:
+                    ebase = endpoint_base(sp, ep)
+                    affinity[f"endpoint-{ebase}"] = (ep, f"affinity-{ebase}")
+                    targets.append(f"endpoint-{ebase}")
+                    rules.append(f"add rule {TABLE} {chain} ip saddr @affinity-{ebase} goto endpoint-{ebase}")
+                for i, target in enumerate(targets):
+                    rules.append(f"add rule {TABLE} {chain} {_pick(n - i)}goto {target}")
+            else:
+                for i, ep in enumerate(eps):
+                    rules.append(
+                        f"add rule {TABLE} {chain} {_pick(n - i)}meta l4proto {sp.proto} dnat to {ep}"
+                    )
+            # only a pod on this node can be DNATed here to itself
+            elems += [
+                ("hairpin-endpoints", f"{ep.ip} . {ep.ip}") for ep in eps if ep.node_name in ("", state.node_name)
+            ]
+        for chain, (ep, aff) in affinity.items():
             objs.append(("chain", chain))
-            rules.append(f"add rule {TABLE} {chain} ip saddr {ep.ip} jump mark-for-masquerade")
-            if sp.affinity_timeout:
-                objs.append(("set", aff))
-                decls.append(
-                    f"add set {TABLE} {aff} {{ type ipv4_addr; flags dynamic,timeout; "
-                    f"timeout {sp.affinity_timeout}s; }}"
-                )
-                rules.append(f"add rule {TABLE} {chain} update @{aff} {{ ip saddr }}")
-            rules.append(f"add rule {TABLE} {chain} meta l4proto {sp.proto} dnat to {ep.ip}:{ep.port}")
-        decls += [f"add chain {TABLE} {c}" for kind, c in objs if kind == "chain"]
-        decls += [f"flush chain {TABLE} {c}" for kind, c in objs if kind == "chain"]
-        return objs, decls + rules, elems
+            objs.append(("set", aff))
+            decls.append(
+                f"add set {TABLE} {aff} {{ type ipv4_addr; flags dynamic,timeout; "
+                f"timeout {sp.affinity_timeout}s; }}"
+            )
+            rules.append(f"add rule {TABLE} {chain} update @{aff} {{ ip saddr }}")
+            rules.append(f"add rule {TABLE} {chain} meta l4proto {sp.proto} dnat to {ep}")
+        return objs, decls, rules, elems
 
     def render(self, state: ProxyState, changed: set[str] | None) -> Ruleset:
+        """Full: the whole table. Partial: element deletes, then the changed Services' chains and
+        rules, then element adds, then their chains and sets that went away, all one transaction."""
         full = changed is None
-        masq: str | None = None
-        if state.masquerade_all:
-            masq = ""
-        elif state.cluster_cidr:
-            masq = f" ip saddr != {state.cluster_cidr}"
+        keys: set[str] = set() if changed is None else changed
+        if full:
+            self._owned, self._refs = {}, {}
+        before = {svc: self._owned.pop(svc) for svc in keys if svc in self._owned}
+        decls: list[str] = []
+        rules: list[str] = []
+        for sp in sorted(
+            (sp for sp in state.services.values() if full or sp.name.service in keys), key=lambda s: s.name.key
+        ):
+            objs, sp_decls, sp_rules, elems = self.service_objects(state, sp)
+            owned = self._owned.setdefault(sp.name.service, ([], []))
+            owned[0].extend(objs)
+            owned[1].extend(elems)
+            decls += sp_decls
+            rules += sp_rules
+        added: dict[tuple[str, str], None] = {}
+        removed: dict[tuple[str, str], None] = {}
+        refs = self._refs
+        for _, elems in before.values():
+            for elem in elems:
+                refs[elem] -= 1
+                if not refs[elem]:
+                    del refs[elem]
+                    removed[elem] = None
+        for svc in self._owned if full else keys:
+            for elem in self._owned.get(svc, ((), ()))[1]:
+                refs[elem] = refs.get(elem, 0) + 1
+                if refs[elem] == 1:
+                    if elem in removed:
+                        del removed[elem]
+                    else:
+                        added[elem] = None
+        old_objs = {o for objs, _ in before.values() for o in objs}
+        new_objs = {o for svc in keys if svc in self._owned for o in self._owned[svc][0]}
         out: list[str] = [f"add table {TABLE}"]
         if full:
             out += [f"delete table {TABLE}", f'add table {TABLE} {{ comment "rules for kube-proxy" ; }}']
             out += self._skeleton(state)
-        else:
-            out += [f"flush {kind} {TABLE} {name}" for kind, name, _, _ in SETS]
-        elements: dict[str, list[str]] = {}
-        decls: list[str] = []
-        rules: list[str] = []
-        owned: dict[str, list[tuple[str, str]]] = {} if full else dict(self._owned)
-        touched: set[str] = set()
-        for sp in sorted(state.services.values(), key=lambda s: s.name):
-            objs, lines, elems = self.service_objects(state, sp, masq)
-            for setname, items in elems.items():
-                elements.setdefault(setname, []).extend(items)
-            svc = sp.name.service
-            if full or svc in changed:  # type: ignore[operator]
-                if svc not in touched:
-                    owned[svc] = []
-                    touched.add(svc)
-                owned[svc] += objs
-                for line in lines:
-                    (decls if line.startswith(("add chain", "add set", "flush chain")) else rules).append(
-                        line
-                    )
-        if not full:
-            for svc in changed:  # type: ignore[union-attr]
-                if svc not in touched:
-                    owned.pop(svc, None)
-        alive = {o for objs in owned.values() for o in objs}
-        stale = [] if full else sorted({o for objs in self._owned.values() for o in objs} - alive)
-        self._owned = owned
-        ips = state.nodeport_ips()
-        if ips:
-            elements["nodeport-ips"] = list(ips)
-        elements["cluster-ips"] = sorted(set(elements.get("cluster-ips", [])))
-        out += decls
+            new_objs = {o for objs, _ in self._owned.values() for o in objs}
+            ips = state.nodeport_ips()
+            for ip in ips or ():
+                added[("nodeport-ips", ip)] = None
+        out += _elements("delete element", removed, key_only=True)
+        out += [line for line in decls if ("set", line.split()[4]) not in old_objs]
+        chains = sorted(name for kind, name in new_objs if kind == "chain")
+        out += [f"add chain {TABLE} {c}" for c in chains if ("chain", c) not in old_objs]
+        out += [f"flush chain {TABLE} {c}" for c in chains if ("chain", c) in old_objs]
         out += rules
-        n_elements = 0
-        for setname, items in elements.items():
-            if items:
-                n_elements += len(items)
-                out.append(f"add element {TABLE} {setname} {{ {', '.join(items)} }}")
+        out += _elements("add element", added, key_only=False)
+        stale = sorted(old_objs - new_objs)
+        out += [f"flush chain {TABLE} {name}" for kind, name in stale if kind == "chain"]
         out += [f"delete chain {TABLE} {name}" for kind, name in stale if kind == "chain"]
         out += [f"delete set {TABLE} {name}" for kind, name in stale if kind == "set"]
         counts = {
             "chains": sum(1 for line in out if line.startswith("add chain")),
             "rules": sum(1 for line in out if line.startswith("add rule")),
-            "elements": n_elements,
+            "elements": len(added),
         }
         return Ruleset("\n".join(out) + "\n", full, counts)
 
@@ -256,6 +280,8 @@ class NftablesBackend(Backend):
             out.append(f'add {kind} {TABLE} {name} {{ type {typ} ; comment "{comment}" ; }}')
         helpers = {
             "masquerading": [
+                f"ct status dnat ip saddr . ip daddr @hairpin-endpoints meta mark set meta mark | {MASQ_MARK} "
+                'comment "hairpin: an endpoint reaching itself through its Service"',
                 f"meta mark & {MASQ_MARK} == 0 return",
                 f"meta mark set meta mark ^ {MASQ_MARK}",
                 "masquerade fully-random",
@@ -270,6 +296,14 @@ class NftablesBackend(Backend):
             "firewall-check": ["ip daddr . meta l4proto . th dport vmap @firewall-ips"],
             "services": ["ip daddr . meta l4proto . th dport vmap @service-ips"],
         }
+        if state.masquerade_all:
+            helpers["services"].insert(0, "ip daddr @cluster-ips jump mark-for-masquerade")
+        elif state.cluster_cidr:
+            helpers["services"].insert(
+                0,
+                f"ip saddr != {state.cluster_cidr} ip daddr @cluster-ips jump mark-for-masquerade "
+                'comment "ClusterIP traffic from outside the pod network"',
+            )
         if state.nodeport_ips() is None:
             local = "fib daddr type local ip daddr != 127.0.0.0/8"
         else:
@@ -292,8 +326,8 @@ class NftablesBackend(Backend):
         await run_tool([self.binary, "-f", "-"], stdin=ruleset.text)
 
     def rollback(self) -> None:
-        self._owned = {}
+        self._owned, self._refs = {}, {}
 
     async def cleanup(self) -> None:
         await run_tool([self.binary, "-f", "-"], stdin=f"add table {TABLE}\ndelete table {TABLE}\n")
-        self._owned = {}
+        self._owned, self._refs = {}, {}

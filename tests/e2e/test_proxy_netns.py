@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -221,3 +222,60 @@ def test_proxy_in_netns(mode: str, network: Path, apiserver: str, workdir: Path)
     assert "kube-proxy" not in nsx(NODE, "nft", "list", "ruleset").stdout
     api(apiserver, "DELETE", f"/api/v1/namespaces/{ns}/services/web")
     api(apiserver, "DELETE", f"/api/v1/namespaces/{ns}/services/sticky")
+
+
+def _kernel_rules(mode: str, ns: str) -> list[str]:
+    if mode == "nftables":  # chains and sets as blocks, in name order rather than creation order
+        text = nsx(ns, "nft", "list", "table", "ip", "kube-proxy").stdout.strip().removesuffix("}")
+        return sorted(block.strip() for block in text.split("\n\n"))
+    out = nsx(ns, "iptables-save", "-t", "nat").stdout + nsx(ns, "iptables-save", "-t", "filter").stdout
+    return sorted(line for line in out.splitlines() if "KUBE-" in line and not line.startswith("#"))
+
+
+@pytest.mark.parametrize("mode", ["iptables", "nftables"])
+async def test_partial_syncs_leave_the_kernel_as_a_full_sync_would(mode: str) -> None:
+    """Endpoint changes, emptied and deleted Services applied as partial syncs, then compared with a
+    fresh full sync of the same state in the same namespace."""
+    from proxy_agent.backends.iptables import IptablesBackend
+    from proxy_agent.backends.nftables import NftablesBackend
+    from tests.unit.proxy.fixtures import endpoint_slice, representative, service
+
+    ns = f"{P}-partial-{mode}"
+    sh("ip", "netns", "add", ns)
+    wrappers = Path(tempfile.mkdtemp(prefix=f"{ns}-"))
+    try:
+        for tool in ("iptables", "iptables-restore", "iptables-save", "nft"):
+            (wrappers / tool).write_text(f'#!/bin/sh\nexec ip netns exec {ns} {tool} "$@"\n')
+            (wrappers / tool).chmod(0o755)
+        make = (
+            (lambda: NftablesBackend(str(wrappers / "nft")))
+            if mode == "nftables"
+            else (lambda: IptablesBackend(str(wrappers / "iptables")))
+        )
+        tracker, state = representative()
+        backend = make()
+        await backend.apply(backend.render(state, None))
+        steps = [
+            lambda: tracker.slice_update(endpoint_slice("web-a", "web", [("10.244.0.2", "n1")], port_name="http")),
+            lambda: tracker.slice_update(endpoint_slice("aff-a", "aff", [("10.244.0.2", "n1")])),
+            lambda: tracker.slice_update(endpoint_slice("empty-a", "empty", [("10.244.0.9", "n1")])),
+            lambda: tracker.service_update(service("np", clusterIP="10.96.0.11"), None),
+            lambda: tracker.slice_update(endpoint_slice("web-a", "web", [], port_name="http")),
+            lambda: tracker.service_update(service("aff", clusterIP="10.96.0.12"), None),
+        ]
+        for step in steps:
+            step()
+            changed = tracker.take()
+            tracker.apply(state, changed)
+            ruleset = backend.render(state, changed)
+            assert not ruleset.full
+            await backend.apply(ruleset)
+        partial = _kernel_rules(mode, ns)
+        fresh = make()
+        await fresh.apply(fresh.render(state, None))
+        assert partial == _kernel_rules(mode, ns)
+        assert any("10.244.0.9" in line for line in partial)
+        assert not any("ns/np" in line for line in partial)
+    finally:
+        sh("ip", "netns", "del", ns, check=False)
+        shutil.rmtree(wrappers, ignore_errors=True)

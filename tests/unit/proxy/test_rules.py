@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from proxy_agent.__main__ import choose_iptables
 from proxy_agent.backends import b32_hash
 from proxy_agent.backends.iptables import IptablesBackend, sep_chain, svc_chain
 from proxy_agent.backends.ipvs import IpvsBackend
 from proxy_agent.backends.nftables import NftablesBackend, chain_base, endpoint_base
-from proxy_agent.tracker import Endpoint, ServicePort, ServicePortName, usable
+from proxy_agent.tracker import ChangeTracker, Endpoint, ProxyState, ServicePort, ServicePortName, usable
 from tests.unit.proxy.fixtures import endpoint_slice, representative, service
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -96,12 +97,24 @@ def test_nftables_structure() -> None:
     text = NftablesBackend().render(state, None).text
     assert "delete table ip kube-proxy" in text
     assert "type nat hook output priority -100" in text
-    assert re.search(
-        r"numgen random mod 3 vmap \{ 0 : goto endpoint-\S+-ns/web/tcp/http__10.244.0.2/8080, ", text
-    )
+    web = "add rule ip kube-proxy service-Y6QD5CCT-ns/web/tcp/http "
+    # no anonymous maps (each costs the kernel a scan of every set): one rule per endpoint instead
+    assert [line[len(web) :] for line in text.splitlines() if line.startswith(web)] == [
+        "numgen random mod 3 == 0 meta l4proto tcp dnat to 10.244.0.2:8080",
+        "numgen random mod 2 == 0 meta l4proto tcp dnat to 10.244.0.3:8080",
+        "meta l4proto tcp dnat to 10.244.1.2:8080",
+    ]
+    assert " map {" not in text and "vmap {" not in text
+    endpoint_chains = [line for line in text.splitlines() if line.startswith("add chain ip kube-proxy endpoint-")]
+    assert len(endpoint_chains) == 2 and all("-ns/aff/" in line for line in endpoint_chains)  # affinity only
     assert "10.96.0.15 . tcp . 80 : goto reject-chain" in text
     assert "10.96.0.14 . tcp . 80 : drop" in text
     assert "timeout 600s" in text and "update @affinity-" in text
+    assert re.search(r"service-Z73KPFGJ-ns/aff/tcp/ ip saddr @affinity-\S+ goto endpoint-", text)
+    assert "ip saddr != 10.244.0.0/16 ip daddr @cluster-ips jump mark-for-masquerade" in text
+    assert "ct status dnat ip saddr . ip daddr @hairpin-endpoints meta mark set" in text
+    # 10.244.1.2 runs on n2: its traffic is DNATed there, so only n1's pods can hairpin here
+    assert "hairpin-endpoints { 10.244.0.2 . 10.244.0.2, 10.244.0.3 . 10.244.0.3 }\n" in text
 
 
 def test_ipvs_output() -> None:
@@ -117,43 +130,77 @@ def test_ipvs_output() -> None:
     assert "addr add 10.96.0.10/32 dev kube-ipvs0" in text
 
 
-@pytest.mark.parametrize("backend", [IptablesBackend, NftablesBackend])
-def test_partial_sync_rewrites_only_changed_service(backend: type) -> None:
+def _change(tracker: ChangeTracker, state: ProxyState) -> set[str]:
+    changed = tracker.take()
+    tracker.apply(state, changed)
+    return changed
+
+
+def test_iptables_partial_sync_rewrites_only_changed_chains() -> None:
     tracker, state = representative()
-    b = backend()
+    b = IptablesBackend()
     b.render(state, None)
     tracker.slice_update(endpoint_slice("web-a", "web", [("10.244.0.2", "n1")], port_name="http"))
-    changed = tracker.take()
-    assert changed == {"ns/web"}
-    tracker.apply(state, changed)
-    partial = b.render(state, changed)
+    assert _change(tracker, state) == {"ns/web"}
+    partial = b.render(state, {"ns/web"})
     assert not partial.full
     text = partial.text
-    assert "ns/web" in text
-    # other Services' own chains are left alone, but dispatch still names them
-    if backend is IptablesBackend:
-        assert not any(
-            line.startswith(":KUBE-SVC-")
-            and line[1:].split()[0] == svc_chain(state.services[ServicePortName("ns", "np")])
-            for line in text.splitlines()
-        )
-        assert "-X KUBE-SEP-" in text  # two endpoints went away
-        assert text.count("-X KUBE-SEP-") == 2
-        assert "-j KUBE-SVC-" in text and "ns/np cluster IP" in text
-    else:
-        assert "ns/np/tcp/__" not in text
-        assert text.count("delete chain ip kube-proxy endpoint-") == 2
-        assert "10.96.0.11 . tcp . 80 : goto service-" in text
+    lines = text.splitlines()
+    assert f":{svc_chain(state.services[ServicePortName('ns', 'web', 'http')])} - [0:0]" in lines
+    assert not any(line.startswith(":KUBE-SVC-") and "np" in line for line in lines)
+    assert text.count("-X KUBE-SEP-") == 2  # two endpoints went away
+    # the dispatch rules did not change, so the top-level chains (10,000 rules at scale) are left alone
+    assert ":KUBE-SERVICES" not in text and "*filter" not in text and "ns/np" not in text
+    assert partial.counts == b.render(state, None).counts
+    # the last endpoint goes: KUBE-SERVICES now rejects, so it is rewritten, with every Service
+    b.render(state, None)
+    tracker.slice_update(endpoint_slice("web-a", "web", [], port_name="http"))
+    text = b.render(state, _change(tracker, state)).text
+    assert ":KUBE-SERVICES - [0:0]" in text and "ns/np cluster IP" in text
+    assert '"ns/web:http has no endpoints" -m tcp -p tcp -d 10.96.0.10/32 --dport 80 -j REJECT' in text
+    assert text.count("-X KUBE-SEP-") == 1 and "-X KUBE-SVC-" in text
     # a deleted Service drops its chains in the next partial sync
     tracker.service_update(service("np", clusterIP="10.96.0.11"), None)
-    changed = tracker.take()
-    tracker.apply(state, changed)
-    text = b.render(state, changed).text
-    assert (
-        ("-X KUBE-SVC-" in text)
-        if backend is IptablesBackend
-        else ("delete chain ip kube-proxy service-" in text)
-    )
+    text = b.render(state, _change(tracker, state)).text
+    assert "-X KUBE-SVC-" in text and "-X KUBE-EXT-" in text and "ns/np" not in text.replace("-X", "")
+
+
+def test_nftables_partial_sync_touches_only_changed_objects() -> None:
+    tracker, state = representative()
+    b = NftablesBackend()
+    b.render(state, None)
+    tracker.slice_update(endpoint_slice("web-a", "web", [("10.244.0.2", "n1")], port_name="http"))
+    partial = b.render(state, _change(tracker, state))
+    assert not partial.full
+    web = "ip kube-proxy service-Y6QD5CCT-ns/web/tcp/http"
+    assert partial.text.splitlines() == [
+        "add table ip kube-proxy",
+        f"flush chain {web}",
+        f"add rule {web} meta l4proto tcp dnat to 10.244.0.2:8080",
+    ]
+    # the endpoints go away: only the map elements of this Service change, in one transaction
+    tracker.slice_update(endpoint_slice("web-a", "web", [], port_name="http"))
+    text = b.render(state, _change(tracker, state)).text
+    assert text.splitlines() == [
+        "add table ip kube-proxy",
+        "delete element ip kube-proxy service-ips { 10.96.0.10 . tcp . 80 }",
+        "add element ip kube-proxy no-endpoint-services { 10.96.0.10 . tcp . 80 : goto reject-chain }",
+        f"flush chain {web}",
+        f"delete chain {web}",
+    ]
+    # an affinity Service losing an endpoint drops that endpoint's chain and affinity set
+    tracker.slice_update(endpoint_slice("aff-a", "aff", [("10.244.0.2", "n1")]))
+    text = b.render(state, _change(tracker, state)).text
+    assert text.count("delete chain ip kube-proxy endpoint-") == 1
+    assert text.count("delete set ip kube-proxy affinity-") == 1
+    assert "add element" not in text and "delete element" not in text
+    assert "hairpin-endpoints" not in text  # 10.244.0.3 still backs ns/np
+    # ns/np was the last Service backed by 10.244.0.3: its hairpin element goes too
+    tracker.service_update(service("np", clusterIP="10.96.0.11"), None)
+    text = b.render(state, _change(tracker, state)).text
+    assert "delete element ip kube-proxy hairpin-endpoints { 10.244.0.3 . 10.244.0.3 }" in text
+    assert "delete element ip kube-proxy service-nodeports { tcp . 30080 }" in text
+    assert "delete chain ip kube-proxy service-2EDQ4YIA-ns/np/tcp/" in text
 
 
 def test_tracker_ignores_irrelevant_service_updates() -> None:
@@ -162,3 +209,15 @@ def test_tracker_ignores_irrelevant_service_updates() -> None:
     svc["metadata"]["labels"] = {"new": "label"}
     assert not tracker.service_update(tracker.services["ns/web"], svc)
     assert not tracker.pending()
+
+
+def test_iptables_flavour_follows_existing_rules() -> None:
+    nat = "*nat\n:PREROUTING ACCEPT [0:0]\n"
+    assert choose_iptables({"iptables-legacy": nat, "iptables-nft": nat}) == "iptables-legacy"
+    kube = nat + ":KUBE-SERVICES - [0:0]\n"
+    assert choose_iptables({"iptables-legacy": nat, "iptables-nft": kube}) == "iptables-nft"
+    hint = "*mangle\n:KUBE-IPTABLES-HINT - [0:0]\n"
+    assert choose_iptables({"iptables-legacy": nat, "iptables-nft": hint}) == "iptables-nft"
+    # kube-proxy's own chains outrank kubelet's hint
+    assert choose_iptables({"iptables-legacy": kube, "iptables-nft": hint}) == "iptables-legacy"
+    assert choose_iptables({"iptables-nft": nat}) == "iptables-nft"
