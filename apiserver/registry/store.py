@@ -411,11 +411,14 @@ class RESTStore:
             subresource=subresource, now=now_rfc3339(), schema=self.res.schema,
         )
 
-    async def _store_new(self, obj: Obj, name: str, dry_run: bool) -> Obj:
-        m = obj["metadata"]
+    async def _store_new(self, requested: Obj, name: str, dry_run: bool) -> Obj:
+        m = requested["metadata"]
         name_retries = GENERATE_NAME_RETRIES if m.get("generateName") and name.startswith(m["generateName"]) else 0
         for _ in range(MAX_ALLOCATION_ATTEMPTS):
             key = self.key(m.get("namespace"), name)
+            # Allocate from the object as requested each time: values picked by a lost attempt are not
+            # requests, and taking them for requests would answer "already allocated".
+            obj = copy.deepcopy(requested)
             allocation = await self.strategy.allocate(self.ctx, obj, None)
             if dry_run:
                 return self.out(obj)
