@@ -1,16 +1,28 @@
-"""Controller-manager benchmark (issue 5): pods created per second by a 10,000-replica ReplicaSet,
-a rolling update of a 1,000-replica Deployment across 100 simulated nodes (pods made Ready by the
-test kubelet stand-in), and the controller-manager's RSS idle and with every pod cached.
+"""Controller-manager benchmark (issue 5) on a cluster of real processes: etcd, the apiserver, the
+scheduler, a hollow kubelet running --nodes hollow nodes, and the controller-manager with its
+default flags (tests/integration/cluster.py starts all but the last).
 
-Starts its own etcd, apiserver and controller-manager. Prints one line per figure.
+Figures, one line each:
+  - controller-manager RSS idle (target < 150 MiB);
+  - a --deployment-replicas Deployment across the hollow nodes (25% surge and unavailable): its first
+    rollout, then a rolling update to a new image, until status reads as `kubectl rollout status`
+    wants it (target < 60 s for 1,000 replicas on 100 nodes);
+  - a --replicas ReplicaSet: pods created per second by the controller-manager, from creating the
+    ReplicaSet to its last pod seen by a watch (target >= 500/s for 10,000), and the time until every
+    pod is Ready (scheduler and kubelet included); then the same for a ReplicaSet whose pods name a
+    scheduler nobody runs, so the controller-manager shares the machine only with the apiserver and etcd;
+  - controller-manager RSS with those pods cached, then with --cached-pods pods in all (the rest are
+    pods of a scheduler nobody runs, created by this script, so nothing else works on them).
+
 Run: python bench/controllers.py [--replicas 10000] [--deployment-replicas 1000] [--nodes 100]
+     [--cached-pods 50000]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
+import contextlib
 import sys
 import tempfile
 import time
@@ -21,8 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from services.client import Client, ClientConfig, gvr  # noqa: E402
 from services.informers import Informer  # noqa: E402
-from tests.conftest import REPO, start_apiserver, start_etcd_cluster  # noqa: E402
-from tests.integration.podstatus import FakeKubelet, create_nodes  # noqa: E402
+from tests.integration.cluster import Cluster, Proc, start_cluster  # noqa: E402
 
 PODS = gvr("v1", "pods")
 NAMESPACES = gvr("v1", "namespaces", namespaced=False)
@@ -54,32 +65,56 @@ async def namespace(client: Client, name: str) -> None:
     await client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
 
-async def bench_replicaset(client: Client, replicas: int) -> float:
-    """Seconds from creating the ReplicaSet until its last pod exists, as seen by a watch."""
-    await namespace(client, "bench-rs")
-    seen = 0
-    done = asyncio.Event()
+def is_ready(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
 
-    def added(_: dict[str, Any]) -> None:
-        nonlocal seen
-        seen += 1
-        if seen >= replicas:
-            done.set()
 
-    pods = Informer(client, PODS, namespace="bench-rs")
-    pods.add_event_handler(on_add=added)
+async def bench_replicaset(client: Client, ns: str, replicas: int, scheduler: str | None = None) -> tuple[float, float]:
+    """(seconds until the last pod exists, seconds until every pod is Ready), both from the create.
+
+    With `scheduler` naming one nobody runs, the pods stay unbound and only the creation is timed.
+    """
+    await namespace(client, ns)
+    seen: set[str] = set()
+    ready: set[str] = set()
+    created = asyncio.Event()
+    all_ready = asyncio.Event()
+
+    def update(pod: dict[str, Any]) -> None:
+        uid = pod["metadata"]["uid"]
+        seen.add(uid)
+        if len(seen) >= replicas:
+            created.set()
+        if is_ready(pod):
+            ready.add(uid)
+            if len(ready) >= replicas:
+                all_ready.set()
+
+    pods = Informer(client, PODS, namespace=ns)
+    pods.add_event_handler(on_add=update, on_update=lambda _old, new: update(new))
     pods.start()
     await pods.wait_for_sync()
+    body = workload("ReplicaSet", "big", replicas)
+    if scheduler:
+        body["spec"]["template"]["spec"]["schedulerName"] = scheduler
     start = time.monotonic()
-    await client.create(RSS, workload("ReplicaSet", "big", replicas), "bench-rs")
+    await client.create(RSS, body, ns)
     last = 0
-    while not done.is_set():
-        await asyncio.sleep(5)
-        print(f"  ... {seen} pods after {time.monotonic() - start:.0f} s ({seen - last} in the last 5 s)", flush=True)
-        last = seen
-    elapsed = time.monotonic() - start
+    while not created.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(created.wait(), 5)
+        print(f"  ... {len(seen)} pods after {time.monotonic() - start:.0f} s ({len(seen) - last} in the last 5 s), "
+              f"{len(ready)} ready", flush=True)
+        last = len(seen)
+    created_after = time.monotonic() - start
+    while not scheduler and not all_ready.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(all_ready.wait(), 10)
+        print(f"  ... {len(ready)} ready after {time.monotonic() - start:.0f} s", flush=True)
+    ready_after = time.monotonic() - start
     await pods.stop()
-    return elapsed
+    return created_after, ready_after
 
 
 async def deployment_done(client: Client, ns: str, name: str, image: str) -> bool:
@@ -99,63 +134,81 @@ async def wait_done(client: Client, ns: str, image: str) -> None:
         await asyncio.sleep(0.5)
 
 
-async def bench_rolling_update(client: Client, replicas: int, nodes: int) -> tuple[float, float]:
-    """(seconds to first roll out, seconds for a rolling update to a new image)."""
+async def bench_rolling_update(client: Client, replicas: int) -> tuple[float, float]:
+    """(seconds to the first rollout, seconds for a rolling update to a new image)."""
     ns = "bench-deploy"
     await namespace(client, ns)
-    names = [f"hollow-{i}" for i in range(nodes)]
-    await create_nodes(client, names)
-    async with FakeKubelet(client, names, bind=True, namespace=ns):
-        start = time.monotonic()
-        await client.create(DEPLOYMENTS, workload("Deployment", "web", replicas), ns)
-        await wait_done(client, ns, "busybox:1.36")
-        first = time.monotonic() - start
-        start = time.monotonic()
-        await client.patch(DEPLOYMENTS, "web", {"spec": {"template": {"spec": {"containers": [
-            {"name": "c", "image": "busybox:1.37"}]}}}}, ns, patch_type="strategic")
-        await wait_done(client, ns, "busybox:1.37")
-        return first, time.monotonic() - start
+    start = time.monotonic()
+    await client.create(DEPLOYMENTS, workload("Deployment", "web", replicas), ns)
+    await wait_done(client, ns, "busybox:1.36")
+    first = time.monotonic() - start
+    start = time.monotonic()
+    await client.patch(DEPLOYMENTS, "web", {"spec": {"template": {"spec": {"containers": [
+        {"name": "c", "image": "busybox:1.37"}]}}}}, ns, patch_type="strategic")
+    await wait_done(client, ns, "busybox:1.37")
+    return first, time.monotonic() - start
 
 
-async def measure(args: argparse.Namespace, server: str, pid: int) -> None:
-    async with Client(ClientConfig(server=server, timeout=120)) as client:
-        await asyncio.sleep(5)
-        print(f"controller-manager RSS idle: {rss_mib(pid):.1f} MiB", flush=True)
+async def pad_pods(client: Client, count: int) -> None:
+    """`count` pods no scheduler or kubelet acts on, only so that the controller-manager caches them."""
+    ns = "bench-cached"
+    await namespace(client, ns)
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "cached-", "labels": {"app": "cached"}},
+            "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "busybox:1.36"}]}}
+    todo = iter(range(count))
+
+    async def worker() -> None:
+        for _ in todo:
+            await client.create(PODS, body, ns)
+
+    await asyncio.gather(*(worker() for _ in range(32)))
+
+
+async def measure(args: argparse.Namespace, cluster: Cluster, cm: Proc) -> None:
+    async with Client(ClientConfig(server=cluster.url, timeout=120)) as client:
+        await asyncio.sleep(10)
+        print(f"controller-manager RSS idle: {rss_mib(cm.pid):.1f} MiB", flush=True)
         if args.deployment_replicas:
-            first, update = await bench_rolling_update(client, args.deployment_replicas, args.nodes)
-            print(f"deployment of {args.deployment_replicas} replicas on {args.nodes} nodes: "
+            first, update = await bench_rolling_update(client, args.deployment_replicas)
+            print(f"deployment of {args.deployment_replicas} replicas on {args.nodes} hollow nodes: "
                   f"first rollout {first:.1f} s, rolling update {update:.1f} s", flush=True)
+        cached = args.deployment_replicas
         if args.replicas:
-            elapsed = await bench_replicaset(client, args.replicas)
-            print(f"replicaset of {args.replicas}: {elapsed:.1f} s, {args.replicas / elapsed:.0f} pods/s", flush=True)
-        await asyncio.sleep(5)
-        cached = args.replicas + args.deployment_replicas
-        print(f"controller-manager RSS with ~{cached} pods cached: {rss_mib(pid):.1f} MiB", flush=True)
+            created, ready = await bench_replicaset(client, "bench-rs", args.replicas)
+            print(f"replicaset of {args.replicas} on {args.nodes} hollow nodes: all pods created in {created:.1f} s "
+                  f"({args.replicas / created:.0f} pods/s), all Ready in {ready:.1f} s", flush=True)
+            await asyncio.sleep(10)
+            created, _ = await bench_replicaset(client, "bench-rs-unscheduled", args.replicas, scheduler="nobody")
+            print(f"replicaset of {args.replicas} whose pods nothing schedules or runs: all pods created in "
+                  f"{created:.1f} s ({args.replicas / created:.0f} pods/s)", flush=True)
+            cached += 2 * args.replicas
+        await asyncio.sleep(10)
+        print(f"controller-manager RSS with {cached} pods cached: {rss_mib(cm.pid):.1f} MiB", flush=True)
+        if args.cached_pods > cached:
+            start = time.monotonic()
+            await pad_pods(client, args.cached_pods - cached)
+            print(f"  ({args.cached_pods - cached} more pods created in {time.monotonic() - start:.0f} s)", flush=True)
+            await asyncio.sleep(15)
+            print(f"controller-manager RSS with {args.cached_pods} pods cached: {rss_mib(cm.pid):.1f} MiB",
+                  flush=True)
 
 
 def main(args: argparse.Namespace) -> None:
-    work = Path(tempfile.mkdtemp(prefix="pyk8s-bench-cm-"))
-    members = start_etcd_cluster(1, work / "etcd")
-    api = start_apiserver([members[0].client_url], work / "apiserver")
-    log = open(work / "cm.log", "ab")  # noqa: SIM115 - handed to the child
-    cm = subprocess.Popen([sys.executable, "-m", "controller_manager", "--master", api.url, "--leader-elect=false",
-                           "--secure-port", "0"], cwd=REPO, stdout=log, stderr=log)
+    cluster = start_cluster(Path(tempfile.mkdtemp(prefix="pyk8s-bench-cm-")), nodes=args.nodes,
+                            max_pods=(args.replicas + args.deployment_replicas * 2) // args.nodes + 110)
     try:
-        asyncio.run(measure(args, api.url, cm.pid))
+        cm = Proc([sys.executable, "-m", "controller_manager", "--master", cluster.url, "--leader-elect=false",
+                   "--secure-port", "0"], cluster.workdir / "cm.log")
+        cluster.procs.append(cm)
+        asyncio.run(measure(args, cluster, cm))
     finally:
-        cm.terminate()
-        try:
-            cm.wait(15)
-        except subprocess.TimeoutExpired:
-            cm.kill()
-        api.stop()
-        for m in members:
-            m.kill()
+        cluster.stop()
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--replicas", type=int, default=10000)
     parser.add_argument("--deployment-replicas", type=int, default=1000)
     parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--cached-pods", type=int, default=50000)
     main(parser.parse_args())

@@ -1,29 +1,29 @@
 """The core controllers (ReplicaSet, ReplicationController, Deployment, garbage collector,
-namespace, service account, pod GC) in a real controller-manager process against a real
-apiserver and etcd, with pods made Running/Ready by tests/integration/podstatus.py.
+namespace, service account, pod GC) in a real controller-manager process, with the real scheduler
+binding pods and a hollow kubelet running them (tests/integration/cluster.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from services.client import Client, ClientConfig, NotFound, gvr
-from tests.conftest import REPO, Kubectl
-from tests.integration.podstatus import FakeKubelet, create_nodes
+from tests.conftest import Kubectl
+from tests.integration import cluster as plane
+from tests.integration.cluster import Cluster, PodLog, Proc, eventually, script
+
+cluster = plane.cluster
+kubectl = plane.kubectl
+unique_ns = plane.unique_ns
 
 PODS = gvr("v1", "pods")
-NODES = gvr("v1", "nodes", namespaced=False)
 NAMESPACES = gvr("v1", "namespaces", namespaced=False)
 EVENTS = gvr("v1", "events")
 SAS = gvr("v1", "serviceaccounts")
@@ -32,75 +32,25 @@ RCS = gvr("v1", "replicationcontrollers")
 RSS = gvr("apps/v1", "replicasets")
 DEPLOYMENTS = gvr("apps/v1", "deployments")
 LEASES = gvr("coordination.k8s.io/v1", "leases")
-NODE_NAMES = ["cm-node-1", "cm-node-2", "cm-node-3"]
-
-
-class ControllerManager:
-    """A `python -m controller_manager` subprocess with its log kept for failure messages."""
-
-    def __init__(self, server: str, log_path: Path, *extra: str) -> None:
-        self.log_path = log_path
-        log = open(log_path, "ab")  # noqa: SIM115 - handed to the child
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "controller_manager", "--master", server, "--secure-port", "0",
-             "--podgc-period", "1", "--podgc-orphan-grace", "2", "--gc-discovery-period", "2",
-             "--log-format", "console", *extra],
-            cwd=REPO, stdout=log, stderr=log,
-        )
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-    @contextlib.contextmanager
-    def frozen(self) -> Iterator[None]:
-        """SIGSTOP the process for a test that needs to be the only controller-manager acting."""
-        self.proc.send_signal(signal.SIGSTOP)
-        try:
-            yield
-        finally:
-            self.proc.send_signal(signal.SIGCONT)
-
-    def log_tail(self, n: int = 40) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
 
 
 @pytest.fixture(scope="module")
-def controller_manager(apiserver: str, workdir: Path) -> Iterator[ControllerManager]:
-    cm = ControllerManager(apiserver, workdir / "cm-core.log", "--leader-elect=false",
-                           "--terminated-pod-gc-threshold", "5")
+def controller_manager(cluster: Cluster) -> Iterator[Proc]:
+    cm = cluster.controller_manager("cm-core", "--leader-elect=false", "--terminated-pod-gc-threshold", "5")
     yield cm
     cm.stop()
 
 
 @pytest.fixture
-async def client(apiserver: str) -> AsyncIterator[Client]:
-    async with Client(ClientConfig(server=apiserver)) as c:
+async def client(cluster: Cluster) -> AsyncIterator[Client]:
+    async with Client(ClientConfig(server=cluster.url)) as c:
         yield c
 
 
 @pytest.fixture
-async def kubelet(client: Client, controller_manager: ControllerManager) -> AsyncIterator[FakeKubelet]:
-    await create_nodes(client, NODE_NAMES)
-    async with FakeKubelet(client, NODE_NAMES, bind=True) as k:
-        yield k
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], within: float = 30, what: str = "") -> Any:
-    """Poll `check` until it returns something truthy."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what or check}: last={last!r}")
+def kubelet(cluster: Cluster, controller_manager: Proc) -> Proc:
+    """The hollow kubelet running the cluster's nodes, with this module's controller-manager up."""
+    return cluster.kubelet
 
 
 def labels(name: str) -> dict[str, str]:
@@ -139,7 +89,7 @@ async def events_for(client: Client, ns: str, name: str) -> list[dict[str, Any]]
 # -- ReplicaSet ------------------------------------------------------------------------------------
 
 
-async def test_replicaset_creates_pods_and_reports_status(client: Client, kubelet: FakeKubelet, unique_ns: str) -> None:
+async def test_replicaset_creates_pods_and_reports_status(client: Client, kubelet: Proc, unique_ns: str) -> None:
     await client.create(RSS, replicaset("web", 4), unique_ns)
 
     async def ready() -> bool:
@@ -185,7 +135,7 @@ async def _with_reason(client: Client, ns: str, name: str, reason: str) -> list[
     return found
 
 
-async def test_replicaset_burst_does_not_overcreate(client: Client, kubelet: FakeKubelet, unique_ns: str) -> None:
+async def test_replicaset_burst_does_not_overcreate(client: Client, kubelet: Proc, unique_ns: str) -> None:
     await client.create(RSS, replicaset("burst", 60), unique_ns)
     for replicas in (10, 80, 60):
         await client.patch(RSS, "burst", {"spec": {"replicas": replicas}}, unique_ns)
@@ -202,7 +152,7 @@ async def test_replicaset_burst_does_not_overcreate(client: Client, kubelet: Fak
     assert seen_max <= 80
 
 
-async def test_replicaset_adopts_and_releases(client: Client, kubelet: FakeKubelet, unique_ns: str) -> None:
+async def test_replicaset_adopts_and_releases(client: Client, kubelet: Proc, unique_ns: str) -> None:
     orphan = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "orphan", "labels": labels("adopt")},
               "spec": template("adopt")["spec"]}
     await client.create(PODS, orphan, unique_ns)
@@ -230,29 +180,28 @@ async def _count(client: Client, ns: str, name: str, n: int) -> bool:
     return len(await pods_of(client, ns, name)) == n
 
 
-async def test_replicaset_deletes_unready_pods_first(client: Client, kubelet: FakeKubelet, unique_ns: str) -> None:
+async def test_replicaset_deletes_unready_pods_first(client: Client, kubelet: Proc, unique_ns: str) -> None:
     await client.create(RSS, replicaset("rank", 3), unique_ns)
 
     async def ready() -> bool:
         return ((await client.get(RSS, "rank", unique_ns)).get("status") or {}).get("readyReplicas") == 3
 
     await eventually(ready, what="3 ready")
-    kubelet.paused = True
-    await client.patch(RSS, "rank", {"spec": {"replicas": 5}}, unique_ns)
-    await eventually(lambda: _count(client, unique_ns, "rank", 5), what="5 pods")
-    pods = await pods_of(client, unique_ns, "rank")
-    unready = {p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") != "Running"}
-    assert len(unready) == 2
-    await client.patch(RSS, "rank", {"spec": {"replicas": 3}}, unique_ns)
-    await eventually(lambda: _count(client, unique_ns, "rank", 3), what="back to 3")
-    left = {p["metadata"]["name"] for p in await pods_of(client, unique_ns, "rank")}
-    assert not (left & unready)
-    kubelet.paused = False
-    kubelet.resync()
+    # With the kubelet frozen, the two new pods are scheduled but never start.
+    with kubelet.frozen():
+        await client.patch(RSS, "rank", {"spec": {"replicas": 5}}, unique_ns)
+        await eventually(lambda: _count(client, unique_ns, "rank", 5), what="5 pods")
+        pods = await pods_of(client, unique_ns, "rank")
+        unready = {p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") != "Running"}
+        assert len(unready) == 2
+        await client.patch(RSS, "rank", {"spec": {"replicas": 3}}, unique_ns)
+        await eventually(lambda: _count(client, unique_ns, "rank", 3), what="back to 3")
+        left = {p["metadata"]["name"] for p in await pods_of(client, unique_ns, "rank")}
+        assert not (left & unready)
 
 
 async def test_replicaset_min_ready_seconds_and_failure_condition(
-    client: Client, kubelet: FakeKubelet, unique_ns: str
+    client: Client, kubelet: Proc, unique_ns: str
 ) -> None:
     await client.create(RSS, replicaset("slow", 2, minReadySeconds=3), unique_ns)
 
@@ -287,7 +236,7 @@ async def _available(status: Callable[[], Awaitable[dict[str, Any]]], n: int) ->
     return (await status()).get("availableReplicas") == n
 
 
-async def test_replication_controller(client: Client, kubelet: FakeKubelet, unique_ns: str) -> None:
+async def test_replication_controller(client: Client, kubelet: Proc, unique_ns: str) -> None:
     rc = {"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "rc"},
           "spec": {"replicas": 3, "selector": labels("rc"), "template": template("rc")}}
     await client.create(RCS, rc, unique_ns)
@@ -317,7 +266,7 @@ async def rs_list(client: Client, ns: str) -> list[dict[str, Any]]:
 
 
 async def test_deployment_rollout_with_kubectl(
-    client: Client, kubelet: FakeKubelet, kubectl: Kubectl, unique_ns: str
+    client: Client, kubelet: Proc, kubectl: Kubectl, unique_ns: str
 ) -> None:
     ns = unique_ns
     kubectl.run("create", "deployment", "web", "--image=nginx:1.25", "--replicas=4", "-n", ns)
@@ -375,7 +324,7 @@ async def test_deployment_rollout_with_kubectl(
     assert len(await pods_of(client, ns, "web")) == 6
 
 
-async def test_deployment_pause_resume(client: Client, kubelet: FakeKubelet, kubectl: Kubectl, unique_ns: str) -> None:
+async def test_deployment_pause_resume(client: Client, kubelet: Proc, kubectl: Kubectl, unique_ns: str) -> None:
     ns = unique_ns
     await client.create(DEPLOYMENTS, deployment("pz", 2), ns)
     await asyncio.to_thread(rollout_status, kubectl, ns, "pz")
@@ -396,7 +345,7 @@ async def test_deployment_pause_resume(client: Client, kubelet: FakeKubelet, kub
 
 
 async def test_deployment_rolling_update_respects_surge_and_unavailable(
-    client: Client, kubelet: FakeKubelet, unique_ns: str
+    client: Client, kubelet: Proc, unique_ns: str
 ) -> None:
     ns = unique_ns
     strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "20%", "maxUnavailable": 1}}
@@ -425,7 +374,7 @@ async def _deployment_done(client: Client, ns: str, name: str, n: int, image: st
     return done
 
 
-async def test_deployment_recreate_and_history_limit(client: Client, kubelet: FakeKubelet, unique_ns: str) -> None:
+async def test_deployment_recreate_and_history_limit(client: Client, kubelet: Proc, unique_ns: str) -> None:
     ns = unique_ns
     await client.create(DEPLOYMENTS, deployment("rc8", 3, strategy={"type": "Recreate"}, revisionHistoryLimit=1), ns)
     await eventually(lambda: _deployment_done(client, ns, "rc8", 3), what="first rollout")
@@ -445,39 +394,37 @@ async def test_deployment_recreate_and_history_limit(client: Client, kubelet: Fa
     await eventually(trimmed, what="revisionHistoryLimit cleanup")
 
 
-async def test_deployment_proportional_scaling(client: Client, kubelet: FakeKubelet, unique_ns: str) -> None:
+async def test_deployment_proportional_scaling(client: Client, kubelet: Proc, unique_ns: str) -> None:
     ns = unique_ns
     strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 3, "maxUnavailable": 2}}
     await client.create(DEPLOYMENTS, deployment("prop", 10, strategy=strategy), ns)
     await eventually(lambda: _deployment_done(client, ns, "prop", 10), what="first rollout")
-    kubelet.ready = False
-    await client.patch(DEPLOYMENTS, "prop", {"spec": {"template": {"spec": {"containers": [
-        {"name": "c", "image": "nginx:stuck"}]}}}}, ns, patch_type="strategic")
+    # The frozen kubelet starts no new pod, so the rollout cannot progress past its first step.
+    with kubelet.frozen():
+        await client.patch(DEPLOYMENTS, "prop", {"spec": {"template": {"spec": {"containers": [
+            {"name": "c", "image": "nginx:stuck"}]}}}}, ns, patch_type="strategic")
 
-    async def stuck() -> bool:
-        rss = await rs_list(client, ns)
-        return len(rss) == 2 and sorted(r["spec"]["replicas"] for r in rss) == [5, 8]
+        async def stuck() -> bool:
+            rss = await rs_list(client, ns)
+            return len(rss) == 2 and sorted(r["spec"]["replicas"] for r in rss) == [5, 8]
 
-    await eventually(stuck, what="rollout stuck at 8 old + 5 new")
-    await client.patch(DEPLOYMENTS, "prop", {"spec": {"replicas": 20}}, ns)
+        await eventually(stuck, what="rollout stuck at 8 old + 5 new")
+        await client.patch(DEPLOYMENTS, "prop", {"spec": {"replicas": 20}}, ns)
 
-    async def scaled() -> list[int]:
-        rss = await rs_list(client, ns)
-        sizes = sorted(r["spec"]["replicas"] for r in rss)
-        return sizes if sum(sizes) == 23 else []
+        async def scaled() -> list[int]:
+            rss = await rs_list(client, ns)
+            sizes = sorted(r["spec"]["replicas"] for r in rss)
+            return sizes if sum(sizes) == 23 else []
 
-    sizes = await eventually(scaled, what="proportional scale")
-    assert sizes == [9, 14]
-    kubelet.ready = True
-    kubelet.resync()
+        sizes = await eventually(scaled, what="proportional scale")
+        assert sizes == [9, 14]
     await eventually(lambda: _deployment_done(client, ns, "prop", 20, image="nginx:stuck"), within=60,
                      what="rollout done")
 
 
-async def test_deployment_progress_deadline(client: Client, kubelet: FakeKubelet, unique_ns: str) -> None:
+async def test_deployment_progress_deadline(client: Client, kubelet: Proc, unique_ns: str) -> None:
     ns = unique_ns
-    kubelet.ready = False
-    try:
+    with kubelet.frozen():
         await client.create(DEPLOYMENTS, deployment("dl", 2, progressDeadlineSeconds=3), ns)
 
         async def exceeded() -> Any:
@@ -488,16 +435,13 @@ async def test_deployment_progress_deadline(client: Client, kubelet: FakeKubelet
 
         (cond,) = await eventually(exceeded, within=20, what="ProgressDeadlineExceeded")
         assert "has timed out progressing" in cond["message"]
-    finally:
-        kubelet.ready = True
-        kubelet.resync()
     await eventually(lambda: _deployment_done(client, ns, "dl", 2), what="recovered")
 
 
 # -- garbage collector -----------------------------------------------------------------------------
 
 
-async def test_cascading_deletion_modes(client: Client, kubelet: FakeKubelet, kubectl: Kubectl, unique_ns: str) -> None:
+async def test_cascading_deletion_modes(client: Client, kubelet: Proc, kubectl: Kubectl, unique_ns: str) -> None:
     ns = unique_ns
     for name in ("bg", "fg", "or"):
         await client.create(DEPLOYMENTS, deployment(name, 2), ns)
@@ -600,7 +544,7 @@ async def test_gc_deletes_dependents_of_custom_and_missing_owners(client: Client
 
 
 async def test_namespace_deletion_and_default_service_account(
-    client: Client, kubelet: FakeKubelet, kubectl: Kubectl
+    client: Client, kubelet: Proc, kubectl: Kubectl
 ) -> None:
     name = f"cm-ns-{os.getpid()}"
     await client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
@@ -653,13 +597,13 @@ async def test_namespace_deletion_and_default_service_account(
     await eventually(ns_gone, what="namespace removed")
 
 
-async def test_pod_gc(client: Client, controller_manager: Any, unique_ns: str) -> None:
+async def test_pod_gc(client: Client, kubelet: Proc, unique_ns: str) -> None:
     ns = unique_ns
-    spec = {"containers": [{"name": "c", "image": "busybox"}]}
+    spec = {"containers": [{"name": "c", "image": "busybox"}], "restartPolicy": "Never"}
     for i in range(8):
-        await client.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"done-{i}"},
-                                   "spec": {**spec, "nodeName": "cm-node-1"}}, ns)
-        await client.patch_status(PODS, f"done-{i}", {"status": {"phase": "Succeeded"}}, ns)
+        await client.create(PODS, {"apiVersion": "v1", "kind": "Pod",
+                                   "metadata": {"name": f"done-{i}", "annotations": script("c", "exit=0")},
+                                   "spec": spec}, ns)
         await asyncio.sleep(1.05 if i == 2 else 0)
 
     async def trimmed() -> Any:
@@ -669,11 +613,17 @@ async def test_pod_gc(client: Client, controller_manager: Any, unique_ns: str) -
 
     names = await eventually(trimmed, what="terminated pods above threshold collected")
     assert {"done-0", "done-1", "done-2"}.isdisjoint(names)
+    for name in names:
+        assert (await client.get(PODS, name, ns))["status"]["phase"] == "Succeeded"
 
     await client.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "lost"},
                                "spec": {**spec, "nodeName": "no-such-node"}}, ns)
+    # A scheduler nobody runs keeps the pod unscheduled; the apiserver deletes an unscheduled pod at
+    # once, so only a finalizer keeps it terminating for pod GC to find, which marks it Failed as
+    # upstream's markFailedAndDeletePod does before force-deleting it.
     await client.create(PODS, {"apiVersion": "v1", "kind": "Pod",
-                               "metadata": {"name": "unsched", "finalizers": []}, "spec": spec}, ns)
+                               "metadata": {"name": "unsched", "finalizers": ["test.pyk8s.io/hold"]},
+                               "spec": {**spec, "schedulerName": "no-such-scheduler"}}, ns)
     await client.delete(PODS, "unsched", ns, grace_period_seconds=30)
 
     async def gone(name: str) -> bool:
@@ -683,7 +633,14 @@ async def test_pod_gc(client: Client, controller_manager: Any, unique_ns: str) -
         except NotFound:
             return True
 
-    await eventually(lambda: gone("unsched"), what="unscheduled terminating pod collected")
+    async def failed() -> bool:
+        return (await client.get(PODS, "unsched", ns))["status"].get("phase") == "Failed"
+
+    try:
+        await eventually(failed, within=10, what="unscheduled terminating pod marked Failed by pod GC")
+    finally:
+        await client.patch(PODS, "unsched", {"metadata": {"finalizers": None}}, ns)
+    await eventually(lambda: gone("unsched"), what="unscheduled terminating pod gone")
     await eventually(lambda: gone("lost"), within=20, what="pod on a missing node collected")
 
 
@@ -691,38 +648,35 @@ async def test_pod_gc(client: Client, controller_manager: Any, unique_ns: str) -
 
 
 async def test_restart_mid_rollout_finishes_without_extra_pods(
-    client: Client, apiserver: str, workdir: Path, controller_manager: ControllerManager, unique_ns: str
+    client: Client, cluster: Cluster, controller_manager: Proc, unique_ns: str
 ) -> None:
     with controller_manager.frozen():
-        await _restart_mid_rollout(client, apiserver, workdir, unique_ns)
+        await _restart_mid_rollout(client, cluster, unique_ns)
 
 
-async def _restart_mid_rollout(client: Client, apiserver: str, workdir: Path, ns: str) -> None:
-    nodes = ["restart-node-1"]
-    await create_nodes(client, nodes)
-    cm = ControllerManager(apiserver, workdir / "cm-restart-1.log", "--leader-elect=false",
-                           "--controllers=replicaset,deployment,garbagecollector")
+async def _restart_mid_rollout(client: Client, cluster: Cluster, ns: str) -> None:
+    flags = ("--leader-elect=false", "--controllers=replicaset,deployment,garbagecollector")
+    cm = cluster.controller_manager("cm-restart-1", *flags)
     try:
-        async with FakeKubelet(client, nodes, bind=False, namespace=ns) as k:
-            created: dict[str, set[str]] = {}
-            k.informer.add_event_handler(on_add=lambda p: created.setdefault(
-                p["spec"]["containers"][0]["image"], set()).add(p["metadata"]["uid"]))
+        async with PodLog(client, ns) as log:
             strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 2, "maxUnavailable": 0}}
-            body = deployment("mid", 8, strategy=strategy)
-            body["spec"]["template"]["spec"]["nodeName"] = "restart-node-1"
-            await client.create(DEPLOYMENTS, body, ns)
+            await client.create(DEPLOYMENTS, deployment("mid", 8, strategy=strategy), ns)
             await eventually(lambda: _deployment_done(client, ns, "mid", 8), within=60, what="first rollout")
-            await client.patch(DEPLOYMENTS, "mid", {"spec": {"template": {"spec": {"containers": [
-                {"name": "c", "image": "nginx:mid"}]}}}}, ns, patch_type="strategic")
-            await eventually(lambda: _some_new(client, ns), what="rollout started")
-            cm.stop(signal.SIGKILL)
-            cm = ControllerManager(apiserver, workdir / "cm-restart-2.log", "--leader-elect=false",
-                                   "--controllers=replicaset,deployment,garbagecollector")
+            # The frozen kubelet holds the rollout at its first step while the process is killed.
+            with cluster.kubelet.frozen():
+                await client.patch(DEPLOYMENTS, "mid", {"spec": {"template": {"spec": {"containers": [
+                    {"name": "c", "image": "nginx:mid"}]}}}}, ns, patch_type="strategic")
+                await eventually(lambda: _some_new(client, ns), what="rollout started")
+                cm.stop(signal.SIGKILL)
+                cm = cluster.controller_manager("cm-restart-2", *flags)
             await eventually(lambda: _deployment_done(client, ns, "mid", 8, image="nginx:mid"), within=60,
                              what="rollout finished by the restarted process")
             await asyncio.sleep(1)
+            created: dict[str, int] = {}
+            for image in log.created_uids.values():
+                created[image] = created.get(image, 0) + 1
             # maxUnavailable 0 never deletes a new pod, so each template had exactly 8 pods created, ever.
-            assert {image: len(uids) for image, uids in created.items()} == {"nginx:1.25": 8, "nginx:mid": 8}
+            assert created == {"nginx:1.25": 8, "nginx:mid": 8}
     finally:
         cm.stop()
     assert len(await pods_of(client, ns, "mid")) == 8
@@ -735,20 +689,20 @@ async def _some_new(client: Client, ns: str) -> bool:
 
 
 async def test_leader_election_only_leader_acts(
-    apiserver: str, workdir: Path, client: Client, controller_manager: ControllerManager
+    cluster: Cluster, client: Client, controller_manager: Proc
 ) -> None:
     with controller_manager.frozen():
-        await _leader_election(apiserver, workdir, client)
+        await _leader_election(cluster, client)
 
 
-async def _leader_election(apiserver: str, workdir: Path, client: Client) -> None:
+async def _leader_election(cluster: Cluster, client: Client) -> None:
     lease_ns = f"cm-le-{os.getpid()}"
     await client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": lease_ns}})
     common = ("--controllers=serviceaccount", "--leader-elect-resource-namespace", lease_ns,
               "--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s",
               "--leader-elect-retry-period=1s")
-    first = ControllerManager(apiserver, workdir / "cm-le-1.log", *common)
-    second = ControllerManager(apiserver, workdir / "cm-le-2.log", *common)
+    first = cluster.controller_manager("cm-le-1", *common)
+    second = cluster.controller_manager("cm-le-2", *common)
     try:
         async def holder() -> str:
             try:

@@ -1,6 +1,6 @@
 """The service-networking controllers (Endpoints, EndpointSlice, mirroring, node IPAM, root CA
-publisher) in a real controller-manager process against a real apiserver and etcd, with pods
-made Running/Ready by tests/integration/podstatus.py.
+publisher) in a real controller-manager process, with pods run by a hollow kubelet
+(tests/integration/cluster.py).
 """
 
 from __future__ import annotations
@@ -17,8 +17,11 @@ import pytest
 
 from services.client import AlreadyExists, Client, ClientConfig, NotFound, gvr
 from services.runtime.pki import create_ca
-from tests.integration.podstatus import FakeKubelet, create_nodes
-from tests.integration.test_controllers_core import ControllerManager, eventually
+from tests.integration import cluster as plane
+from tests.integration.cluster import NODE_NAMES, Cluster, Proc, eventually, register_nodes, script
+
+cluster = plane.cluster
+unique_ns = plane.unique_ns
 
 PODS = gvr("v1", "pods")
 NODES = gvr("v1", "nodes", namespaced=False)
@@ -27,27 +30,26 @@ ENDPOINTS = gvr("v1", "endpoints")
 SLICES = gvr("discovery.k8s.io/v1", "endpointslices")
 CONFIGMAPS = gvr("v1", "configmaps")
 EVENTS = gvr("v1", "events")
-NAMESPACES = gvr("v1", "namespaces", namespaced=False)
 
-NET_NODES = ["net-node-1", "net-node-2", "net-node-3"]
-ZONE = "topology.kubernetes.io/zone"
+#: the hollow nodes, every one in zone-a
+NET_NODES = NODE_NAMES
 MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
 TRIGGER = "endpoints.kubernetes.io/last-change-trigger-time"
 CONTROLLERS = "endpoint,endpointslice,endpointslicemirroring,nodeipam,root-ca-cert-publisher"
 
 
 @pytest.fixture(scope="module")
-def cluster_cidr(apiserver: str) -> ipaddress.IPv4Network:
-    """A pod range just big enough for the nodes already there, ours, and a few more, so the
-    IPAM test can fill it up."""
-    existing = len(httpx.get(f"{apiserver}/api/v1/nodes", timeout=10).json()["items"])
-    capacity = max(4, 1 << math.ceil(math.log2(existing + len(NET_NODES) + 3)))
+def cluster_cidr(cluster: Cluster) -> ipaddress.IPv4Network:
+    """A pod range just big enough for the nodes already there and a few more, so the IPAM test can
+    fill it up."""
+    existing = len(httpx.get(f"{cluster.url}/api/v1/nodes", timeout=10).json()["items"])
+    capacity = max(4, 1 << math.ceil(math.log2(existing + 3)))
     return ipaddress.ip_network(f"10.123.0.0/{24 - int(math.log2(capacity))}", strict=False)
 
 
 @pytest.fixture(scope="module")
-def root_ca_file(workdir: Path) -> Path:
-    path = workdir / "network-root-ca.crt"
+def root_ca_file(cluster: Cluster) -> Path:
+    path = cluster.workdir / "network-root-ca.crt"
     path.write_bytes(create_ca("network-test-ca").cert_pem())
     return path
 
@@ -58,32 +60,30 @@ def root_ca_pem(root_ca_file: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def controller_manager(apiserver: str, workdir: Path, cluster_cidr: ipaddress.IPv4Network,
-                       root_ca_file: Path) -> Iterator[ControllerManager]:
-    cm = ControllerManager(apiserver, workdir / "cm-network.log", f"--controllers={CONTROLLERS}",
-                           "--leader-elect=false", "--allocate-node-cidrs", f"--cluster-cidr={cluster_cidr}",
-                           "--node-cidr-mask-size=24", "--service-cluster-ip-range=10.96.0.0/12",
-                           f"--root-ca-file={root_ca_file}")
+def controller_manager(cluster: Cluster, cluster_cidr: ipaddress.IPv4Network, root_ca_file: Path) -> Iterator[Proc]:
+    cm = cluster.controller_manager("cm-network", f"--controllers={CONTROLLERS}", "--leader-elect=false",
+                                    "--allocate-node-cidrs", f"--cluster-cidr={cluster_cidr}",
+                                    "--node-cidr-mask-size=24", "--service-cluster-ip-range=10.96.0.0/12",
+                                    f"--root-ca-file={root_ca_file}")
     yield cm
     cm.stop()
 
 
 @pytest.fixture
-async def client(apiserver: str) -> AsyncIterator[Client]:
-    async with Client(ClientConfig(server=apiserver)) as c:
+async def client(cluster: Cluster) -> AsyncIterator[Client]:
+    async with Client(ClientConfig(server=cluster.url)) as c:
         yield c
 
 
 @pytest.fixture
-async def kubelet(client: Client, controller_manager: ControllerManager) -> AsyncIterator[FakeKubelet]:
-    await create_nodes(client, NET_NODES, labels={ZONE: "zone-a"})
-    async with FakeKubelet(client, NET_NODES) as k:
-        yield k
+def kubelet(cluster: Cluster, controller_manager: Proc) -> Proc:
+    """The hollow kubelet running the cluster's nodes, with this module's controller-manager up."""
+    return cluster.kubelet
 
 
 def pod_body(name: str, node: str, *, app: str = "web", web_port: int = 8080, grace: int = 0,
-             finalizers: list[str] | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "labels": {"app": app}}
+             finalizers: list[str] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {"app": app}, "annotations": annotations or {}}
     if finalizers:
         meta["finalizers"] = finalizers
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
@@ -122,9 +122,12 @@ def subset_ips(endpoints: dict[str, Any] | None, field: str) -> set[str]:
 
 
 async def test_service_gets_endpoints_and_slice_with_conditions(
-        client: Client, kubelet: FakeKubelet, unique_ns: str) -> None:
+        client: Client, kubelet: Proc, unique_ns: str) -> None:
+    # web-1's container exits after running for five seconds, so the pod is Ready, then (crash-looping
+    # in a ten-second back-off) not Ready, then Ready again for five seconds, and so on.
     for i, node in enumerate(NET_NODES):
-        await client.create(PODS, pod_body(f"web-{i}", node), unique_ns)
+        crash = script("c", "exit=1,after=5") if i == 1 else None
+        await client.create(PODS, pod_body(f"web-{i}", node, annotations=crash), unique_ns)
     await client.create(SERVICES, service_body("web", "web", {"app": "web"}), unique_ns)
 
     async def three_ready() -> dict[str, Any] | None:
@@ -146,7 +149,7 @@ async def test_service_gets_endpoints_and_slice_with_conditions(
 
     async def slice_ready() -> dict[str, Any] | None:
         slices = await slices_of(client, unique_ns, "web")
-        if len(slices) == 1 and len(slices[0].get("endpoints") or []) == 3:
+        if len(slices) == 1 and [e["conditions"]["ready"] for e in slices[0].get("endpoints") or []] == [True] * 3:
             return slices[0]
         return None
 
@@ -166,13 +169,7 @@ async def test_service_gets_endpoints_and_slice_with_conditions(
         assert endpoint["zone"] == "zone-a"
         assert not endpoint.get("hints")
 
-    # A pod turning not-ready moves to notReadyAddresses and ready=false.
-    status = pods["web-1"]["status"]
-    for cond in status["conditions"]:
-        if cond["type"] in ("Ready", "ContainersReady"):
-            cond["status"] = "False"
-    await client.patch_status(PODS, "web-1", {"status": {"conditions": status["conditions"]}}, unique_ns)
-
+    # web-1 turning not-ready (its container exited) moves to notReadyAddresses and ready=false.
     async def moved() -> bool:
         ep = await endpoints_of(client, unique_ns, "web")
         slices = await slices_of(client, unique_ns, "web")
@@ -186,17 +183,19 @@ async def test_service_gets_endpoints_and_slice_with_conditions(
     await client.create(PODS, pod_body("web-term", NET_NODES[0], grace=30, finalizers=["test.pyk8s.io/hold"]),
                         unique_ns)
     await eventually(lambda: _in_addresses(client, unique_ns, "web-term"), what="web-term ready")
-    await client.delete(PODS, "web-term", unique_ns, grace_period_seconds=30)
+    # A frozen kubelet leaves the deleted pod's containers running and its Ready condition as it was.
+    with kubelet.frozen():
+        await client.delete(PODS, "web-term", unique_ns, grace_period_seconds=30)
 
-    async def terminating() -> bool:
-        ep = await endpoints_of(client, unique_ns, "web")
-        slices = await slices_of(client, unique_ns, "web")
-        endpoint = by_pod(slices[0]).get("web-term") if len(slices) == 1 else None
-        return "web-term" not in subset_ips(ep, "addresses") | subset_ips(ep, "notReadyAddresses") and (
-            endpoint is not None
-            and endpoint["conditions"] == {"ready": False, "serving": True, "terminating": True})
+        async def terminating() -> bool:
+            ep = await endpoints_of(client, unique_ns, "web")
+            slices = await slices_of(client, unique_ns, "web")
+            endpoint = by_pod(slices[0]).get("web-term") if len(slices) == 1 else None
+            return "web-term" not in subset_ips(ep, "addresses") | subset_ips(ep, "notReadyAddresses") and (
+                endpoint is not None
+                and endpoint["conditions"] == {"ready": False, "serving": True, "terminating": True})
 
-    await eventually(terminating, what="terminating pod serving+terminating in the slice only")
+        await eventually(terminating, what="terminating pod serving+terminating in the slice only")
     await client.patch(PODS, "web-term", {"metadata": {"finalizers": None}}, unique_ns)
 
     async def gone() -> bool:
@@ -210,7 +209,7 @@ async def _in_addresses(client: Client, ns: str, pod: str) -> bool:
     return pod in subset_ips(await endpoints_of(client, ns, "web"), "addresses")
 
 
-async def test_named_target_ports_resolve_per_pod(client: Client, kubelet: FakeKubelet, unique_ns: str) -> None:
+async def test_named_target_ports_resolve_per_pod(client: Client, kubelet: Proc, unique_ns: str) -> None:
     await client.create(PODS, pod_body("a", NET_NODES[0], web_port=8080), unique_ns)
     await client.create(PODS, pod_body("b", NET_NODES[1], web_port=9090), unique_ns)
     await client.create(SERVICES, service_body("web", "web", {"app": "web"}), unique_ns)
@@ -232,7 +231,7 @@ async def test_named_target_ports_resolve_per_pod(client: Client, kubelet: FakeK
 
 
 async def test_250_pods_give_three_slices_and_little_churn(
-        client: Client, kubelet: FakeKubelet, unique_ns: str) -> None:
+        client: Client, kubelet: Proc, unique_ns: str) -> None:
     await client.create(SERVICES, service_body("big", 8080, {"app": "big"}), unique_ns)
     limit = asyncio.Semaphore(16)
 
@@ -283,7 +282,7 @@ async def _endpoints_with(client: Client, ns: str, name: str, count: int) -> dic
 
 
 async def test_selectorless_service_keeps_manual_endpoints_and_gets_mirrored_slice(
-        client: Client, controller_manager: ControllerManager, unique_ns: str) -> None:
+        client: Client, controller_manager: Proc, unique_ns: str) -> None:
     await client.create(SERVICES, service_body("ext", 5432), unique_ns)
     manual = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "ext", "labels": {"src": "manual"}},
               "subsets": [{"addresses": [{"ip": "192.168.50.1"}, {"ip": "192.168.50.2"}],
@@ -326,7 +325,7 @@ async def test_selectorless_service_keeps_manual_endpoints_and_gets_mirrored_sli
 
 
 async def test_nodes_get_distinct_pod_cidrs_and_freed_ones_are_reused(
-        client: Client, kubelet: FakeKubelet, cluster_cidr: ipaddress.IPv4Network) -> None:
+        client: Client, kubelet: Proc, cluster_cidr: ipaddress.IPv4Network) -> None:
     capacity = 1 << (24 - cluster_cidr.prefixlen)
 
     def inside(node: dict[str, Any]) -> bool:
@@ -342,7 +341,7 @@ async def test_nodes_get_distinct_pod_cidrs_and_freed_ones_are_reused(
     assert free >= 2
     names = [f"ipam-node-{i}" for i in range(free)]
     try:
-        await create_nodes(client, names)
+        await register_nodes(client, names, unschedulable=True)
         nodes = await eventually(all_allocated, what="new nodes allocated")
         cidrs = [n["spec"]["podCIDR"] for n in nodes]
         assert len(set(cidrs)) == len(cidrs) == capacity
@@ -350,7 +349,7 @@ async def test_nodes_get_distinct_pod_cidrs_and_freed_ones_are_reused(
             assert node["spec"]["podCIDRs"] == [node["spec"]["podCIDR"]]
             assert ipaddress.ip_network(node["spec"]["podCIDR"]).prefixlen == 24
 
-        await create_nodes(client, ["ipam-extra"])
+        await register_nodes(client, ["ipam-extra"], unschedulable=True)
         names.append("ipam-extra")
 
         async def refused() -> bool:
@@ -377,7 +376,7 @@ async def test_nodes_get_distinct_pod_cidrs_and_freed_ones_are_reused(
 
 
 async def test_root_ca_configmap_published_and_restored(
-        client: Client, controller_manager: ControllerManager, unique_ns: str, root_ca_pem: str) -> None:
+        client: Client, controller_manager: Proc, unique_ns: str, root_ca_pem: str) -> None:
     want = root_ca_pem
 
     async def published() -> dict[str, Any] | None:

@@ -1,29 +1,32 @@
 """StatefulSet, DaemonSet, Job, CronJob and TTL-after-finished controllers in a real
-controller-manager process against a real apiserver and etcd; pods are bound, made Running
-and Ready, and (for Jobs) run to an exit code by tests/integration/workloads_kubelet.py.
+controller-manager process, with the real scheduler binding pods and a hollow kubelet running
+them (tests/integration/cluster.py); Job pods are scripted to exit with a code.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
 from services.api.meta import parse_time
-from services.client import Client, ClientConfig, gvr
+from services.client import AlreadyExists, Client, ClientConfig, NotFound, gvr
 from tests.conftest import Kubectl
-from tests.integration.podstatus import create_nodes, node_body
-from tests.integration.test_controllers_core import ControllerManager
-from tests.integration.workloads_kubelet import WorkloadKubelet
+from tests.integration import cluster as plane
+from tests.integration.cluster import NODE_NAMES, Cluster, PodLog, Proc, eventually, script
+
+cluster = plane.cluster
+kubectl = plane.kubectl
+unique_ns = plane.unique_ns
 
 PODS = gvr("v1", "pods")
 NODES = gvr("v1", "nodes", namespaced=False)
 PVCS = gvr("v1", "persistentvolumeclaims")
+PVS = gvr("v1", "persistentvolumes", namespaced=False)
+STORAGE_CLASSES = gvr("storage.k8s.io/v1", "storageclasses", namespaced=False)
 EVENTS = gvr("v1", "events")
 STS = gvr("apps/v1", "statefulsets")
 DS = gvr("apps/v1", "daemonsets")
@@ -31,18 +34,16 @@ REVISIONS = gvr("apps/v1", "controllerrevisions")
 JOBS = gvr("batch/v1", "jobs")
 CRONJOBS = gvr("batch/v1", "cronjobs")
 
-POOL = f"wl-{uuid.uuid4().hex[:6]}"
-NODE_NAMES = [f"{POOL}-n1", f"{POOL}-n2", f"{POOL}-n3"]
-EXTRA_NODES = [f"{POOL}-n4", f"{POOL}-tainted", f"{POOL}-cordoned"]
+POOL = plane.POOL[1]
+STORAGE_CLASS = "hollow-static"
 #: the CronJob controller's clock runs this much faster, so "* * * * *" fires every two seconds
 CLOCK_SPEED = 30
 
 
 @pytest.fixture(scope="module")
-def workload_manager(apiserver: str, workdir: Path) -> Iterator[ControllerManager]:
-    cm = ControllerManager(
-        apiserver,
-        workdir / "cm-workloads.log",
+def workload_manager(cluster: Cluster) -> Iterator[Proc]:
+    cm = cluster.controller_manager(
+        "cm-workloads",
         "--leader-elect=false",
         "--controllers=statefulset,daemonset,job,cronjob,ttl-after-finished,garbagecollector",
         "--cronjob-clock-speed",
@@ -54,70 +55,15 @@ def workload_manager(apiserver: str, workdir: Path) -> Iterator[ControllerManage
 
 
 @pytest.fixture
-async def client(apiserver: str) -> AsyncIterator[Client]:
-    async with Client(ClientConfig(server=apiserver)) as c:
+async def client(cluster: Cluster) -> AsyncIterator[Client]:
+    async with Client(ClientConfig(server=cluster.url)) as c:
         yield c
 
 
 @pytest.fixture
-async def kubelet(client: Client, workload_manager: ControllerManager) -> AsyncIterator[WorkloadKubelet]:
-    await create_nodes(client, NODE_NAMES, {"pool": POOL})
-    async with WorkloadKubelet(client, NODE_NAMES + EXTRA_NODES, bind=True) as k:
-        yield k
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], within: float = 40, what: str = "") -> Any:
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}: last={last!r}")
-
-
-class PodLog:
-    """Records, in order, which pods were created and which were marked for deletion."""
-
-    def __init__(self, client: Client, ns: str) -> None:
-        self.client = client
-        self.ns = ns
-        self.created: list[str] = []
-        self.deleted: list[str] = []
-        self.max_active = 0
-        self._active: set[str] = set()
-        self._task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> PodLog:
-        listed = await self.client.list(PODS, self.ns)
-        rv = listed["metadata"]["resourceVersion"]
-        self._task = asyncio.create_task(self._run(rv))
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
-
-    async def _run(self, rv: str) -> None:
-        async with self.client.watch(PODS, self.ns, resource_version=rv) as events:
-            async for kind, pod in events:
-                if kind == "BOOKMARK":
-                    continue
-                name = pod["metadata"]["name"]
-                if kind == "ADDED":
-                    self.created.append(name)
-                finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-                if (
-                    pod["metadata"].get("deletionTimestamp") or kind == "DELETED"
-                ) and name not in self.deleted:
-                    self.deleted.append(name)
-                if kind == "DELETED" or finished or pod["metadata"].get("deletionTimestamp"):
-                    self._active.discard(name)
-                else:
-                    self._active.add(name)
-                self.max_active = max(self.max_active, len(self._active))
+def kubelet(cluster: Cluster, workload_manager: Proc) -> Proc:
+    """The hollow kubelet running the cluster's nodes, with this module's controller-manager up."""
+    return cluster.kubelet
 
 
 async def reasons(client: Client, ns: str, name: str) -> list[str]:
@@ -148,7 +94,11 @@ def statefulset(name: str, replicas: int, **spec: Any) -> dict[str, Any]:
             "volumeClaimTemplates": [
                 {
                     "metadata": {"name": "data"},
-                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": STORAGE_CLASS,
+                        "resources": {"requests": {"storage": "1Gi"}},
+                    },
                 }
             ],
             **spec,
@@ -156,14 +106,30 @@ def statefulset(name: str, replicas: int, **spec: Any) -> dict[str, Any]:
     }
 
 
+async def static_volumes(client: Client, prefix: str, count: int) -> None:
+    """Available PersistentVolumes of a WaitForFirstConsumer class with no provisioner: the scheduler
+    binds a claim to one when it places the claim's pod, as for upstream's local volumes."""
+    with contextlib.suppress(AlreadyExists):
+        await client.create(STORAGE_CLASSES, {
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": STORAGE_CLASS},
+            "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"})
+    for i in range(count):
+        await client.create(PVS, {
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{prefix}-{i}"},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "storageClassName": STORAGE_CLASS, "persistentVolumeReclaimPolicy": "Retain",
+                     "hostPath": {"path": f"/srv/{prefix}-{i}"}}})
+
+
 async def sts_status(client: Client, ns: str, name: str) -> dict[str, Any]:
     return (await client.get(STS, name, ns)).get("status") or {}
 
 
 async def test_statefulset_scales_in_order_and_keeps_claims(
-    client: Client, kubelet: WorkloadKubelet, kubectl: Kubectl, unique_ns: str
+    client: Client, kubelet: Proc, kubectl: Kubectl, unique_ns: str
 ) -> None:
     ns = unique_ns
+    await static_volumes(client, ns, 5)
     async with PodLog(client, ns) as log:
         await client.create(STS, statefulset("web", 3), ns)
 
@@ -219,7 +185,7 @@ async def test_statefulset_scales_in_order_and_keeps_claims(
 
 
 async def test_statefulset_partition_and_parallel(
-    client: Client, kubelet: WorkloadKubelet, unique_ns: str
+    client: Client, kubelet: Proc, unique_ns: str
 ) -> None:
     ns = unique_ns
     body = statefulset(
@@ -253,31 +219,30 @@ async def test_statefulset_partition_and_parallel(
 
 
 async def test_statefulset_waits_for_ready_and_deletes_claims_when_scaled(
-    client: Client, kubelet: WorkloadKubelet, unique_ns: str
+    client: Client, kubelet: Proc, unique_ns: str
 ) -> None:
     ns = unique_ns
-    kubelet.ready = False
-    try:
-        await client.create(
-            STS,
-            statefulset(
-                "db",
-                3,
-                persistentVolumeClaimRetentionPolicy={"whenDeleted": "Retain", "whenScaled": "Delete"},
-            ),
-            ns,
-        )
-        await eventually(lambda: _pod_names(client, ns, "db"), what="first pod")
-        await asyncio.sleep(2)
-        assert await _pod_names(client, ns, "db") == ["db-0"], "OrderedReady went on before db-0 was Ready"
-    finally:
-        kubelet.ready = True
-        kubelet.resync()
+    await static_volumes(client, ns, 3)
+    body = statefulset("db", 3, persistentVolumeClaimRetentionPolicy={"whenDeleted": "Retain", "whenScaled": "Delete"})
+    # Each pod runs for three seconds before its readiness probe first passes.
+    body["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] = {
+        "exec": {"command": ["true"]}, "initialDelaySeconds": 3, "periodSeconds": 1}
+    await client.create(STS, body, ns)
+    waits = 0
 
     async def ready() -> bool:
+        nonlocal waits
+        items = (await client.list(PODS, ns, label_selector="app=db"))["items"]
+        pods = {p["metadata"]["name"]: p for p in items}
+        for i in range(1, 3):
+            if f"db-{i}" in pods:
+                assert _is_ready(pods.get(f"db-{i - 1}")), f"OrderedReady created db-{i} before db-{i - 1} was Ready"
+        last = pods.get(f"db-{len(pods) - 1}")
+        waits += bool(last and last["status"].get("phase") == "Running" and not _is_ready(last))
         return (await sts_status(client, ns, "db")).get("readyReplicas") == 3
 
-    await eventually(ready, what="3 ready replicas")
+    await eventually(ready, within=60, what="3 ready replicas")
+    assert waits, "never saw the controller wait on a Running pod that was not Ready yet"
     await client.patch_scale(STS, "db", {"spec": {"replicas": 1}}, ns)
 
     async def claims() -> list[str]:
@@ -290,9 +255,9 @@ async def test_statefulset_waits_for_ready_and_deletes_claims_when_scaled(
     await eventually(scaled_claims_gone, what="claims of removed ordinals deleted with their pods")
 
 
-async def _pod_names(client: Client, ns: str, app: str) -> list[str]:
-    items = (await client.list(PODS, ns, label_selector=f"app={app}"))["items"]
-    return sorted(p["metadata"]["name"] for p in items)
+def _is_ready(pod: dict[str, Any] | None) -> bool:
+    conditions = ((pod or {}).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 # -- DaemonSet -------------------------------------------------------------------------------------------
@@ -324,7 +289,7 @@ async def ds_pods(client: Client, ns: str, name: str) -> list[dict[str, Any]]:
 
 
 async def test_daemonset_one_pod_per_node_and_new_nodes(
-    client: Client, kubelet: WorkloadKubelet, kubectl: Kubectl, unique_ns: str
+    client: Client, cluster: Cluster, kubelet: Proc, kubectl: Kubectl, unique_ns: str
 ) -> None:
     ns = unique_ns
     await client.create(DS, daemonset("agent"), ns)
@@ -346,30 +311,42 @@ async def test_daemonset_one_pod_per_node_and_new_nodes(
     assert ("node.kubernetes.io/not-ready", "NoExecute") in tolerated
     assert ("node.kubernetes.io/network-unavailable", "NoSchedule") not in tolerated
 
-    # A new matching node gets a pod; a tainted one does not; a cordoned one does (tolerated).
-    await create_nodes(client, [EXTRA_NODES[0]], {"pool": POOL})
-    taints = {
-        EXTRA_NODES[1]: [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}],
-        EXTRA_NODES[2]: [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}],
+    # A kubelet joins with three matching nodes: a new one gets a pod; a tainted one does not; a cordoned
+    # one does (tolerated). The last two exist, with their spec, before their kubelet adopts them.
+    joined = [f"joined-{i}" for i in range(3)]
+    specs = {
+        joined[1]: {"taints": [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]},
+        joined[2]: {"taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}],
+                    "unschedulable": True},
     }
-    for name, node_taints in taints.items():
-        body = node_body(name, {"pool": POOL})
-        body["spec"] = {"taints": node_taints, "unschedulable": name == EXTRA_NODES[2]}
-        await client.create(NODES, body)
-        await client.patch_status(NODES, name, {"status": body["status"]})
+    for name, spec in specs.items():
+        await client.create(NODES, {"apiVersion": "v1", "kind": "Node", "spec": spec,
+                                    "metadata": {"name": name, "labels": {"pool": POOL}}})
+    extra = cluster.hollow_kubelet("joined", 3, "--node-labels", f"pool={POOL}")
+    try:
+        await _daemonset_follows_nodes(client, kubectl, ns, joined)
+    finally:
+        extra.stop()
+        for name in joined:
+            try:
+                await client.delete(NODES, name)
+            except NotFound:
+                pass
 
+
+async def _daemonset_follows_nodes(client: Client, kubectl: Kubectl, ns: str, joined: list[str]) -> None:
     async def spread() -> Any:
         ds = await client.get(DS, "agent", ns)
         st = ds.get("status") or {}
         nodes = sorted(p["spec"].get("nodeName") or "" for p in await ds_pods(client, ns, "agent"))
-        want = sorted([*NODE_NAMES, EXTRA_NODES[0], EXTRA_NODES[2]])
+        want = sorted([*NODE_NAMES, joined[0], joined[2]])
         if nodes == want and st.get("numberReady") == 5:
             return st
         spread.last = (nodes, st)  # type: ignore[attr-defined]
         return None
 
     try:
-        st = await eventually(spread, what="daemon pods on the new nodes")
+        st = await eventually(spread, within=40, what="daemon pods on the new nodes")
     except AssertionError:
         raise AssertionError(spread.last) from None  # type: ignore[attr-defined]
     assert (
@@ -390,7 +367,7 @@ async def test_daemonset_one_pod_per_node_and_new_nodes(
     assert len((await client.list(REVISIONS, ns))["items"]) == 2
 
     # A node that stops matching the selector loses its pod.
-    await client.patch(NODES, EXTRA_NODES[0], {"metadata": {"labels": {"pool": "elsewhere"}}})
+    await client.patch(NODES, joined[0], {"metadata": {"labels": {"pool": "elsewhere"}}})
     await eventually(lambda: _count_is(client, ns, "agent", 4), what="pod removed from the relabelled node")
 
 
@@ -402,18 +379,19 @@ async def _count_is(client: Client, ns: str, name: str, n: int) -> bool:
 
 
 def job(name: str, *, exit_code: int = 0, **spec: Any) -> dict[str, Any]:
-    args = ["exit", str(exit_code)] if exit_code else ["ok"]
+    """A Job whose container runs for half a second on the hollow node, then exits with `exit_code`."""
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": name},
         "spec": {
             "template": {
+                "metadata": {"annotations": script("c", f"exit={exit_code},after=0.5")},
                 "spec": {
-                    "containers": [container("busybox", args=args)],
+                    "containers": [container("busybox")],
                     "restartPolicy": "Never",
                     "terminationGracePeriodSeconds": 0,
-                }
+                },
             },
             **spec,
         },
@@ -433,7 +411,7 @@ async def finished(client: Client, ns: str, name: str, kind: str = "Complete") -
 
 
 async def test_job_runs_to_completion_with_parallelism(
-    client: Client, kubelet: WorkloadKubelet, kubectl: Kubectl, unique_ns: str
+    client: Client, kubelet: Proc, kubectl: Kubectl, unique_ns: str
 ) -> None:
     ns = unique_ns
     async with PodLog(client, ns) as log:
@@ -455,7 +433,7 @@ async def test_job_runs_to_completion_with_parallelism(
     assert "Completed" in await reasons(client, ns, "batch")
 
 
-async def test_indexed_job(client: Client, kubelet: WorkloadKubelet, unique_ns: str) -> None:
+async def test_indexed_job(client: Client, kubelet: Proc, unique_ns: str) -> None:
     ns = unique_ns
     await client.create(JOBS, job("idx", completions=3, parallelism=3, completionMode="Indexed"), ns)
     done = await eventually(lambda: finished(client, ns, "idx"), what="indexed job complete")
@@ -481,7 +459,7 @@ async def test_indexed_job(client: Client, kubelet: WorkloadKubelet, unique_ns: 
 
 
 async def test_failing_job_backs_off_then_hits_backoff_limit(
-    client: Client, kubelet: WorkloadKubelet, unique_ns: str
+    client: Client, kubelet: Proc, unique_ns: str
 ) -> None:
     ns = unique_ns
     async with PodLog(client, ns) as log:
@@ -499,7 +477,7 @@ async def test_failing_job_backs_off_then_hits_backoff_limit(
 
 
 async def test_pod_failure_policy_fails_job_at_once(
-    client: Client, kubelet: WorkloadKubelet, unique_ns: str
+    client: Client, kubelet: Proc, unique_ns: str
 ) -> None:
     ns = unique_ns
     policy = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]}
@@ -511,7 +489,7 @@ async def test_pod_failure_policy_fails_job_at_once(
     assert done["status"]["failed"] == 1
 
 
-async def test_suspended_job_and_ttl(client: Client, kubelet: WorkloadKubelet, unique_ns: str) -> None:
+async def test_suspended_job_and_ttl(client: Client, kubelet: Proc, unique_ns: str) -> None:
     ns = unique_ns
     await client.create(JOBS, job("later", suspend=True, ttlSecondsAfterFinished=3), ns)
 
@@ -539,7 +517,7 @@ async def test_suspended_job_and_ttl(client: Client, kubelet: WorkloadKubelet, u
 
 
 async def test_cronjob_fires_and_keeps_history(
-    client: Client, kubelet: WorkloadKubelet, unique_ns: str
+    client: Client, kubelet: Proc, unique_ns: str
 ) -> None:
     ns = unique_ns
     body = {
