@@ -66,6 +66,8 @@ class PodGCController:
         await self.gc_orphaned(pods)
         unscheduled = [p for p in pods if p["metadata"].get("deletionTimestamp")
                        and not (p.get("spec") or {}).get("nodeName")]
+        for pod in unscheduled:
+            await self._mark_failed(pod, condition=None)
         await self._delete_all(unscheduled, force=True)
 
     async def gc_orphaned(self, pods: list[dict[str, Any]]) -> None:
@@ -91,19 +93,21 @@ class PodGCController:
                 await self._mark_failed(pod)
             await self._delete_all(orphans, force=True)
 
-    async def _mark_failed(self, pod: dict[str, Any]) -> None:
-        """Like upstream, record why the pod died before force-deleting it."""
+    async def _mark_failed(self, pod: dict[str, Any], condition: str | None = "PodGC: node no longer exists") -> None:
+        """Like upstream's markFailedAndDeletePod: a non-terminal pod is marked Failed (with a
+        DisruptionTarget condition saying why, for orphans) before it is force-deleted."""
         if is_terminal(pod):
             return
-        conditions = [c for c in (pod.get("status") or {}).get("conditions") or []
-                      if c.get("type") != "DisruptionTarget"]
-        conditions.append({"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
-                           "message": "PodGC: node no longer exists", "lastTransitionTime": now_rfc3339()})
+        status: dict[str, Any] = {"phase": "Failed"}
+        if condition is not None:
+            conditions = [c for c in (pod.get("status") or {}).get("conditions") or []
+                          if c.get("type") != "DisruptionTarget"]
+            conditions.append({"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
+                               "message": condition, "lastTransitionTime": now_rfc3339()})
+            status["conditions"] = conditions
         meta = pod["metadata"]
         try:
-            await self.client.patch_status(PODS, meta["name"], {"status": {"phase": "Failed",
-                                                                           "conditions": conditions}},
-                                           meta["namespace"])
+            await self.client.patch_status(PODS, meta["name"], {"status": status}, meta["namespace"])
         except (ApiError, httpx.HTTPError) as exc:
             log.info("could not mark orphaned pod failed", pod=meta["name"], error=str(exc))
 
