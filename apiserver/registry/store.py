@@ -414,11 +414,14 @@ class RESTStore:
     async def _store_new(self, requested: Obj, name: str, dry_run: bool) -> Obj:
         m = requested["metadata"]
         name_retries = GENERATE_NAME_RETRIES if m.get("generateName") and name.startswith(m["generateName"]) else 0
-        for _ in range(MAX_ALLOCATION_ATTEMPTS):
+        # Allocate from the object as requested each time: values picked by a lost attempt are not
+        # requests, and taking them for requests would answer "already allocated".
+        allocates = type(self.strategy).allocate is not Strategy.allocate
+        pristine = copy.deepcopy(requested) if allocates else requested
+        for attempt in range(MAX_ALLOCATION_ATTEMPTS):
             key = self.key(m.get("namespace"), name)
-            # Allocate from the object as requested each time: values picked by a lost attempt are not
-            # requests, and taking them for requests would answer "already allocated".
-            obj = copy.deepcopy(requested)
+            obj = copy.deepcopy(pristine) if attempt and allocates else requested
+            obj["metadata"]["name"] = name
             allocation = await self.strategy.allocate(self.ctx, obj, None)
             if dry_run:
                 return self.out(obj)
@@ -428,7 +431,7 @@ class RESTStore:
                 if exc.key == key:
                     if name_retries > 0:
                         name_retries -= 1
-                        name = m["name"] = generate_name(str(m["generateName"]))
+                        name = generate_name(str(m["generateName"]))
                         continue
                     raise errors.already_exists(self.res.plural, self.res.group, name) from exc
                 continue
