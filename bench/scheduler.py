@@ -186,7 +186,7 @@ async def make_namespace(client: Client, name: str) -> None:
 
 
 async def run_size(url: str, api_pid: int, work: Path, nodes: int, pods: int, clients: int, variant: str, zones: int,
-                   sched_args: list[str], profile: bool) -> None:
+                   sched_args: list[str], profile: bool, alone_only: bool = False) -> None:
     client = Client(url)
     try:
         t = await post_all(url, "/api/v1/nodes", [node_body(i, zones) for i in range(nodes)], clients)
@@ -217,10 +217,13 @@ async def run_size(url: str, api_pid: int, work: Path, nodes: int, pods: int, cl
         print(f"[{nodes}n/{pods}p {variant}] ALONE: {pods} bindings in {span:.2f}s after the first = "
               f"{pods / span:.0f} pods/s; from process start {watch.last - started:.2f}s = "
               f"{pods / (watch.last - started):.0f} pods/s; scheduler RSS {rss_mib(proc.pid):.0f} MiB "
-              f"(peak {peak:.0f}); scheduler CPU {cpu_alone:.1f}s"
+              f"(peak {peak:.0f}); scheduler CPU {cpu_alone:.1f}s ({cpu_alone / pods * 1e3:.2f} ms/pod incl. start-up)"
               + (f", apiserver CPU so far {cpu_seconds(api_pid):.1f}s" if api_pid else ""),
               flush=True)
 
+        if alone_only:
+            stop(proc)
+            return
         # -- end to end (same scheduler, now idle and synced) --------------------------------------
         ns2 = f"e2e-{nodes}-{pods}-{variant}"
         await make_namespace(client, ns2)
@@ -240,7 +243,8 @@ async def run_size(url: str, api_pid: int, work: Path, nodes: int, pods: int, cl
         e2e = watch2.last - t0
         print(f"[{nodes}n/{pods}p {variant}] END-TO-END: {pods} pods from first create to last binding "
               f"{e2e:.2f}s = {pods / e2e:.0f} pods/s (creates took {t_create:.2f}s, {clients} clients); "
-              f"scheduler RSS {rss_mib(proc.pid):.0f} MiB (peak {peak:.0f}); scheduler CPU {cpu_e2e:.1f}s", flush=True)
+              f"scheduler RSS {rss_mib(proc.pid):.0f} MiB (peak {peak:.0f}); scheduler CPU {cpu_e2e:.1f}s "
+              f"({cpu_e2e / pods * 1e3:.2f} ms/pod)", flush=True)
         stop(proc)
         if profile:
             print(f"profile written to {work / f'sched-{nodes}-{pods}.prof'}", flush=True)
@@ -258,19 +262,20 @@ async def main() -> None:
     ap.add_argument("--server", default=None, help="use this apiserver instead of starting one per size")
     ap.add_argument("--profile", action="store_true", help="run the scheduler under cProfile (alone phase)")
     ap.add_argument("--scheduler-arg", action="append", default=[], help="extra flag for python -m scheduler")
+    ap.add_argument("--alone-only", action="store_true", help="skip the end-to-end phase (large sizes)")
     args = ap.parse_args()
     sizes = list(zip(args.nodes or [1000], args.pods or [3000], strict=True))
     for nodes, pods in sizes:
         work = Path(tempfile.mkdtemp(prefix=f"bench-sched-{nodes}-"))
         if args.server:
             await run_size(args.server, 0, work, nodes, pods, args.clients, args.variant, args.zones,
-                           args.scheduler_arg, args.profile)
+                           args.scheduler_arg, args.profile, args.alone_only)
             continue
         members = start_etcd_cluster(1, work / "etcd")
         server = start_apiserver([members[0].client_url], work / "apiserver")
         try:
             await run_size(server.url, server.proc.pid, work, nodes, pods, args.clients, args.variant, args.zones,
-                           args.scheduler_arg, args.profile)
+                           args.scheduler_arg, args.profile, args.alone_only)
             print(f"[{nodes}n/{pods}p] apiserver RSS {rss_mib(server.proc.pid):.0f} MiB; logs in {work}", flush=True)
         finally:
             server.stop()

@@ -64,6 +64,9 @@ BASE_PERCENTAGE = 50
 NO_NODE_AVAILABLE_MSG = "0/{} nodes are available"
 ERR_NO_NODES_AVAILABLE = "no nodes available to schedule pods"
 BIND_CONCURRENCY = 8
+# Placed pods whose binding has not finished (not counting pods held at Permit): past this many the
+# loop waits. Running further ahead cannot bind faster, and each one keeps its CycleState alive.
+MAX_BINDINGS_IN_FLIGHT = 256
 
 
 def num_feasible_nodes_to_find(percentage: int, num_all_nodes: int) -> int:
@@ -182,6 +185,7 @@ class Scheduler:
         self.waiting_pods: dict[str, WaitingPodImpl] = {}
         self._bind_slots = asyncio.Semaphore(BIND_CONCURRENCY)
         self._binding: set[asyncio.Task[None]] = set()
+        self._binding_done = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._synced = False
         self.pod_informer = self.informer_factory.informer_for(
@@ -327,6 +331,9 @@ class Scheduler:
                 if qp is None:
                     return
                 await self.schedule_one(qp)
+                while len(self._binding) - len(self.waiting_pods) >= MAX_BINDINGS_IN_FLIGHT:
+                    self._binding_done.clear()
+                    await self._binding_done.wait()
                 # Let informer handlers and binding tasks progress between cycles.
                 await asyncio.sleep(0)
         finally:
@@ -418,7 +425,11 @@ class Scheduler:
         self.queue.nominator.delete_nominated_pod_if_exists(pod)
         task = asyncio.create_task(self.binding_cycle(fwk, state, qp, assumed, host, start, pod_cycle))
         self._binding.add(task)
-        task.add_done_callback(self._binding.discard)
+        task.add_done_callback(self._binding_finished)
+
+    def _binding_finished(self, task: asyncio.Task[None]) -> None:
+        self._binding.discard(task)
+        self._binding_done.set()
 
     def schedule_pod(self, fwk: Framework, state: CycleState,
                      pod: Obj) -> tuple[ScheduleResult | None, Status | None, Diagnosis | None]:
@@ -498,15 +509,25 @@ class Scheduler:
                     return [], st
                 statuses.set(ni.name, st)
         else:
-            # In chunks no larger than the number still needed, so we stop at the same node as a
-            # node-by-node search would.
+            # In chunks sized by the pass rate seen so far; nodes past the one where a node-by-node
+            # search would have stopped are then dropped, so the outcome is the same.
             order = nodes[start:] + nodes[:start] if start else nodes
             while processed < num_all and len(feasible) < to_find:
-                chunk = order[processed:processed + to_find - len(feasible)]
-                processed += len(chunk)
+                needed = to_find - len(feasible)
+                size = needed if not processed or len(feasible) == processed else (
+                    needed * processed // max(len(feasible), 1) + 16)
+                chunk = order[processed:processed + size]
                 passed, err = fwk.run_filter_plugins_on(state, pod, chunk, statuses)
                 if err is not None:
                     return [], err
+                if len(passed) > needed:
+                    last = passed[needed - 1]
+                    cut = next(i for i, ni in enumerate(chunk) if ni is last) + 1
+                    for ni in chunk[cut:]:
+                        statuses.statuses.pop(ni.name, None)
+                    chunk = chunk[:cut]
+                    passed = passed[:needed]
+                processed += len(chunk)
                 feasible.extend(passed)
         for st in statuses.statuses.values():
             if st.code == Code.PENDING:

@@ -9,6 +9,7 @@ after `ttl`. Each cycle copies only the nodes that changed into the cycle's Snap
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 
 import structlog
@@ -22,6 +23,7 @@ from scheduler.framework.interface import (
     Snapshot,
     next_generation,
 )
+from scheduler.framework.podindex import PodIndex
 
 log = structlog.get_logger(__name__)
 
@@ -112,6 +114,7 @@ class Cache:
         self.image_states: dict[str, ImageStateSummary] = {}
         self._dirty: set[str] = set()
         self._node_set_changed = True
+        self._expose_metrics()
 
     # -- helpers ---------------------------------------------------------------------------------------
 
@@ -126,10 +129,19 @@ class Cache:
     def _touch(self, name: str) -> None:
         self._dirty.add(name)
 
-    def _report(self) -> None:
-        metrics.CACHE_SIZE.labels("nodes").set(len(self.tree))
-        metrics.CACHE_SIZE.labels("pods").set(len(self.pod_states))
-        metrics.CACHE_SIZE.labels("assumed_pods").set(len(self.assumed))
+    def _expose_metrics(self) -> None:
+        """Cache-size gauges read the cache when scraped instead of being set on every change."""
+        ref = weakref.ref(self)
+
+        def reader(count: Callable[[Cache], int]) -> Callable[[], float]:
+            def read() -> float:
+                c = ref()
+                return float(count(c)) if c is not None else 0.0
+            return read
+
+        metrics.CACHE_SIZE.labels("nodes").set_function(reader(lambda c: len(c.tree)))
+        metrics.CACHE_SIZE.labels("pods").set_function(reader(lambda c: len(c.pod_states)))
+        metrics.CACHE_SIZE.labels("assumed_pods").set_function(reader(lambda c: len(c.assumed)))
 
     def _add_to_node(self, pi: PodInfo, node: str) -> None:
         self._node_info(node).add_pod(pi)
@@ -163,7 +175,6 @@ class Cache:
         self.pod_states[uid] = _PodState(pi, node, True)
         self.assumed.add(uid)
         self._add_to_node(pi, node)
-        self._report()
 
     def finish_binding(self, pod: Obj) -> None:
         st = self.pod_states.get(_uid(pod))
@@ -180,7 +191,6 @@ class Cache:
         self._remove_from_node(st.pod_info.pod, st.node)
         del self.pod_states[uid]
         self.assumed.discard(uid)
-        self._report()
 
     def add_pod(self, pod: Obj) -> None:
         """An assigned pod from the informer: confirms an assumed pod or adds a new one."""
@@ -200,7 +210,6 @@ class Cache:
             pi = PodInfo(pod)
             self.pod_states[uid] = _PodState(pi, node, False)
             self._add_to_node(pi, node)
-        self._report()
 
     def update_pod(self, old: Obj, new: Obj) -> None:
         self.add_pod(new)
@@ -211,7 +220,6 @@ class Cache:
         self.assumed.discard(uid)
         if st is not None:
             self._remove_from_node(st.pod_info.pod, st.node)
-        self._report()
 
     def cleanup_expired_assumed_pods(self) -> int:
         now = self.clock()
@@ -223,8 +231,6 @@ class Cache:
             self._remove_from_node(st.pod_info.pod, st.node)
             del self.pod_states[uid]
             self.assumed.discard(uid)
-        if expired:
-            self._report()
         return len(expired)
 
     # -- nodes -----------------------------------------------------------------------------------------
@@ -272,7 +278,6 @@ class Cache:
         ni.set_node(node)
         self._images_add(node)
         self._touch(name)
-        self._report()
 
     def update_node(self, old: Obj, new: Obj) -> None:
         if zone_key(old) != zone_key(new):
@@ -293,7 +298,6 @@ class Cache:
         else:
             del self.nodes[name]
         self._touch(name)
-        self._report()
 
     def node_count(self) -> int:
         return len(self.tree)
@@ -301,41 +305,67 @@ class Cache:
     # -- snapshot --------------------------------------------------------------------------------------
 
     def update_snapshot(self, snap: Snapshot) -> None:
-        """Bring `snap` up to date, copying only nodes changed since the last call."""
+        """Bring `snap` up to date, copying only nodes changed since the last call (and their index entries)."""
         if not self._dirty and not self._node_set_changed:
             return
-        lists_changed = False
+        index = snap.pod_index
+        pods_changed = False
         for name in self._dirty:
             src = self.nodes.get(name)
             dst = snap.node_info_map.get(name)
             if src is None or src.node is None:
                 if dst is not None:
+                    for pi in dst.pods:
+                        index.remove(pi, name, dst.labels)
                     del snap.node_info_map[name]
                     self._node_set_changed = True
                 continue
-            before = _list_membership(dst) if dst is not None else None
             copy = src.clone()
             if dst is None:
+                for pi in copy.pods:
+                    index.add(pi, name, copy.labels)
                 snap.node_info_map[name] = copy
                 self._node_set_changed = True
-            else:
-                _copy_into(dst, copy)
-                copy = dst
-            after = _list_membership(copy)
-            if before != after or after[2]:
-                lists_changed = True
+                continue
+            if _derived_lists_differ(dst, copy):
+                pods_changed = True
+            _reindex(index, dst, copy)
+            if dst.labels != copy.labels:
+                snap.node_labels_changed()
+            _copy_into(dst, copy)
         self._dirty.clear()
         if self._node_set_changed:
             snap.rebuild_lists([snap.node_info_map[n] for n in self.tree.list() if n in snap.node_info_map])
             self._node_set_changed = False
-        elif lists_changed:
-            snap.rebuild_lists(snap.node_info_list)
+        elif pods_changed:
+            snap.pods_changed()
         snap.generation = next_generation()
 
 
-def _list_membership(ni: NodeInfo) -> tuple[bool, bool, bool]:
-    """Which of the snapshot's derived lists (affinity, anti-affinity, PVC users) the node belongs to."""
-    return bool(ni.pods_with_affinity), bool(ni.pods_with_required_anti_affinity), bool(ni.pvc_ref_counts)
+def _reindex(index: PodIndex, old: NodeInfo, new: NodeInfo) -> None:
+    """Move the index from `old`'s pods to `new`'s: only the difference, unless the node's labels changed."""
+    name = new.name
+    if old.labels != new.labels:
+        for pi in old.pods:
+            index.remove(pi, name, old.labels)
+        for pi in new.pods:
+            index.add(pi, name, new.labels)
+        return
+    before = {id(pi): pi for pi in old.pods}
+    after = {id(pi): pi for pi in new.pods}
+    for key, pi in before.items():
+        if key not in after:
+            index.remove(pi, name, old.labels)
+    for key, pi in after.items():
+        if key not in before:
+            index.add(pi, name, new.labels)
+
+
+def _derived_lists_differ(old: NodeInfo, new: NodeInfo) -> bool:
+    """Whether the snapshot's lists of nodes with affinity pods or PVC users may change with this copy."""
+    return (bool(old.pods_with_affinity) != bool(new.pods_with_affinity)
+            or bool(old.pods_with_required_anti_affinity) != bool(new.pods_with_required_anti_affinity)
+            or old.pvc_ref_counts != new.pvc_ref_counts)
 
 
 def _copy_into(dst: NodeInfo, src: NodeInfo) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from scheduler.framework.podindex import PodIndex
 from services.api.quantity import parse_quantity
 from services.api.selectors import LabelSelector, Requirement
 
@@ -551,6 +552,7 @@ class NodeInfo:
     __slots__ = (
         "node", "name", "pods", "pods_with_affinity", "pods_with_required_anti_affinity", "used_ports",
         "requested", "non_zero_requested", "allocatable", "image_states", "pvc_ref_counts", "generation",
+        "labels", "taints", "unschedulable",
     )
 
     def __init__(self, node: Obj | None = None) -> None:
@@ -566,6 +568,10 @@ class NodeInfo:
         self.image_states: dict[str, ImageStateSummary] = {}
         self.pvc_ref_counts: dict[str, int] = {}
         self.generation = next_generation()
+        # Read from the node once: filters and scores look at them for every node every cycle.
+        self.labels: Mapping[str, str] = {}
+        self.taints: list[Obj] = []
+        self.unschedulable = False
         if node is not None:
             self.set_node(node)
 
@@ -573,15 +579,18 @@ class NodeInfo:
         self.node = node
         self.name = node["metadata"]["name"]
         self.allocatable = Resource.from_list((node.get("status") or {}).get("allocatable"))
+        self.labels = (node.get("metadata") or {}).get("labels") or {}
+        spec = node.get("spec") or {}
+        self.taints = spec.get("taints") or []
+        self.unschedulable = bool(spec.get("unschedulable"))
         self.generation = next_generation()
 
     def remove_node(self) -> None:
         self.node = None
+        self.labels = {}
+        self.taints = []
+        self.unschedulable = False
         self.generation = next_generation()
-
-    @property
-    def labels(self) -> Mapping[str, str]:
-        return ((self.node or {}).get("metadata") or {}).get("labels") or {}
 
     def add_pod(self, pod: Obj | PodInfo) -> None:
         pi = pod if isinstance(pod, PodInfo) else PodInfo(pod)
@@ -641,6 +650,9 @@ class NodeInfo:
         other.image_states = self.image_states
         other.pvc_ref_counts = dict(self.pvc_ref_counts)
         other.generation = self.generation
+        other.labels = self.labels
+        other.taints = self.taints
+        other.unschedulable = self.unschedulable
         return other
 
     def __repr__(self) -> str:
@@ -668,22 +680,55 @@ class Snapshot:
     def __init__(self, node_infos: Iterable[NodeInfo] = ()) -> None:
         self.node_info_map: dict[str, NodeInfo] = {}
         self.node_info_list: list[NodeInfo] = []
-        self.have_pods_with_affinity: list[NodeInfo] = []
-        self.have_pods_with_required_anti_affinity: list[NodeInfo] = []
-        self.used_pvc_set: set[str] = set()
         self.generation = 0
+        self.pod_index = PodIndex()
+        self._keyed_nodes: dict[tuple[str, ...], dict[str, NodeInfo]] = {}
+        self._domains: dict[tuple[int, str], set[str]] = {}
+        # Derived from node_info_list on first use after a change (most cycles never ask).
+        self._with_affinity: list[NodeInfo] | None = None
+        self._with_required_anti_affinity: list[NodeInfo] | None = None
+        self._used_pvcs: set[str] | None = None
         infos = list(node_infos)
         if infos:
             for ni in infos:
                 self.node_info_map[ni.name] = ni
+                if ni.node is not None:
+                    for pi in ni.pods:
+                        self.pod_index.add(pi, ni.name, ni.labels)
             self.rebuild_lists(infos)
 
+    def node_labels_changed(self) -> None:
+        """Forget what was derived from node labels (the cache calls it when a node's labels change)."""
+        self._keyed_nodes.clear()
+        self._domains.clear()
+
+    def nodes_with_keys(self, keys: tuple[str, ...]) -> dict[str, NodeInfo]:
+        """The nodes carrying every label in `keys`, by name; kept until nodes or their labels change."""
+        found = self._keyed_nodes.get(keys)
+        if found is None:
+            found = self._keyed_nodes[keys] = {
+                ni.name: ni for ni in self.node_info_list if all(k in ni.labels for k in keys)}
+        return found
+
+    def domains(self, nodes: dict[str, NodeInfo], key: str) -> set[str]:
+        """The values of label `key` among `nodes` (a `nodes_with_keys` result), kept alongside it."""
+        cache_key = (id(nodes), key)
+        found = self._domains.get(cache_key)
+        if found is None:
+            found = self._domains[cache_key] = {ni.labels[key] for ni in nodes.values()}
+        return found
+
     def rebuild_lists(self, ordered: list[NodeInfo]) -> None:
+        self._keyed_nodes.clear()
+        self._domains.clear()
         self.node_info_list = [ni for ni in ordered if ni.node is not None]
-        self.have_pods_with_affinity = [ni for ni in self.node_info_list if ni.pods_with_affinity]
-        self.have_pods_with_required_anti_affinity = [
-            ni for ni in self.node_info_list if ni.pods_with_required_anti_affinity]
-        self.used_pvc_set = {k for ni in self.node_info_list for k in ni.pvc_ref_counts}
+        self.pods_changed()
+
+    def pods_changed(self) -> None:
+        """Drop the lists derived from the nodes' pods; they are recomputed when next asked for."""
+        self._with_affinity = None
+        self._with_required_anti_affinity = None
+        self._used_pvcs = None
 
     # NodeInfoLister
     def node_infos(self) -> Snapshot:
@@ -696,10 +741,15 @@ class Snapshot:
         return self.node_info_list
 
     def have_pods_with_affinity_list(self) -> list[NodeInfo]:
-        return self.have_pods_with_affinity
+        if self._with_affinity is None:
+            self._with_affinity = [ni for ni in self.node_info_list if ni.pods_with_affinity]
+        return self._with_affinity
 
     def have_pods_with_required_anti_affinity_list(self) -> list[NodeInfo]:
-        return self.have_pods_with_required_anti_affinity
+        if self._with_required_anti_affinity is None:
+            self._with_required_anti_affinity = [
+                ni for ni in self.node_info_list if ni.pods_with_required_anti_affinity]
+        return self._with_required_anti_affinity
 
     def get(self, node_name: str) -> NodeInfo:
         """The node's info; KeyError when it is not in the snapshot."""
@@ -710,7 +760,9 @@ class Snapshot:
 
     # StorageInfoLister
     def is_pvc_used_by_pods(self, key: str) -> bool:
-        return key in self.used_pvc_set
+        if self._used_pvcs is None:
+            self._used_pvcs = {k for ni in self.node_info_list for k in ni.pvc_ref_counts}
+        return key in self._used_pvcs
 
 
 # --------------------------------------------------------------------------------------------------
@@ -977,9 +1029,9 @@ class Plugin:
     def filter(self, state: CycleState, pod: Obj, node_info: NodeInfo) -> Status | None:
         raise NotImplementedError
 
-    def filter_nodes(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> list[Status | None]:
-        """Filter many nodes at once (one result per node, in order); the framework calls this.
-        Override it to filter in one tight loop (it must agree with `filter`)."""
+    def filter_nodes(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> list[Status | None] | None:
+        """Filter many nodes at once (one result per node, in order, or None when every node passes);
+        the framework calls this. Override it to filter in one tight loop (it must agree with `filter`)."""
         f = self.filter
         return [f(state, pod, ni) for ni in nodes]
 
@@ -1008,6 +1060,14 @@ class Plugin:
     def normalize_score(self, state: CycleState, pod: Obj, scores: list[NodeScore]) -> Status | None:
         """Rescale this plugin's raw scores in place to [MIN_NODE_SCORE, MAX_NODE_SCORE]."""
         raise NotImplementedError
+
+    def normalize_values(self, state: CycleState, pod: Obj, nodes: list[NodeInfo],
+                         values: list[int]) -> tuple[list[int], Status | None]:
+        """NormalizeScore over plain scores in `nodes` order; the framework calls this. Override it to skip
+        building NodeScore objects (it must agree with `normalize_score`)."""
+        scores = [NodeScore(ni.name, v) for ni, v in zip(nodes, values, strict=True)]
+        st = self.normalize_score(state, pod, scores)
+        return [ns.score for ns in scores], st
 
     def reserve(self, state: CycleState, pod: Obj, node_name: str) -> Status | None:
         raise NotImplementedError

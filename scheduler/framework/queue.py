@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
+import weakref
 from collections.abc import Callable, Iterable
 
 import structlog
@@ -147,15 +148,28 @@ class SchedulingQueue:
         self._wakeup = asyncio.Event()
         self._closed = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._expose_metrics()
 
     # -- bookkeeping ---------------------------------------------------------------------------------
 
-    def _report(self) -> None:
-        gated = sum(1 for q in self._unschedulable.values() if q.gated)
-        metrics.PENDING_PODS.labels("active").set(len(self._active_uids))
-        metrics.PENDING_PODS.labels("backoff").set(len(self._backoff_uids))
-        metrics.PENDING_PODS.labels("unschedulable").set(len(self._unschedulable) - gated)
-        metrics.PENDING_PODS.labels("gated").set(gated)
+    def _expose_metrics(self) -> None:
+        """Pending-pod gauges read the queue when scraped, so queue operations pay nothing for them."""
+        ref = weakref.ref(self)
+
+        def reader(count: Callable[[SchedulingQueue], int]) -> Callable[[], float]:
+            def read() -> float:
+                q = ref()
+                return float(count(q)) if q is not None else 0.0
+            return read
+
+        def gated(q: SchedulingQueue) -> int:
+            return sum(1 for qp in q._unschedulable.values() if qp.gated)
+
+        metrics.PENDING_PODS.labels("active").set_function(reader(lambda q: len(q._active_uids)))
+        metrics.PENDING_PODS.labels("backoff").set_function(reader(lambda q: len(q._backoff_uids)))
+        metrics.PENDING_PODS.labels("unschedulable").set_function(
+            reader(lambda q: len(q._unschedulable) - gated(q)))
+        metrics.PENDING_PODS.labels("gated").set_function(reader(gated))
 
     def _backoff_duration(self, qp: QueuedPodInfo) -> float:
         d = self.initial_backoff
@@ -234,7 +248,6 @@ class SchedulingQueue:
         qp = QueuedPodInfo(PodInfo(pod), timestamp=now, initial_attempt_timestamp=None)
         self.nominator.add_nominated_pod(qp.pod_info, None)
         self._place(qp, "PodAdd")
-        self._report()
 
     def update(self, old: Obj | None, new: Obj) -> None:
         uid = _uid(new)
@@ -258,13 +271,11 @@ class SchedulingQueue:
                 event = _pod_update_event(old, new)
                 if event is None or self._should_requeue(qp, event, old, new):
                     self._place(qp, "PodUpdate")
-            self._report()
 
     def delete(self, pod: Obj) -> None:
         uid = _uid(pod)
         self.nominator.delete_nominated_pod_if_exists(pod)
         self._remove_everywhere(uid)
-        self._report()
 
     def activate(self, pods: Iterable[Obj]) -> None:
         """Move the given pods to activeQ right away (ForceActivate)."""
@@ -276,7 +287,6 @@ class SchedulingQueue:
                     self._push_active(qp)
                 else:
                     self._unschedulable[uid] = qp
-        self._report()
 
     def has(self, pod: Obj) -> bool:
         uid = _uid(pod)
@@ -297,7 +307,6 @@ class SchedulingQueue:
                     qp.initial_attempt_timestamp = self.clock()
                 self.scheduling_cycle += 1
                 self._in_flight.add(uid)
-                self._report()
                 return qp
             if self._closed:
                 return None
@@ -325,7 +334,6 @@ class SchedulingQueue:
         else:
             self._unschedulable[uid] = qp
         self.nominator.add_nominated_pod(qp.pod_info, None)
-        self._report()
 
     # -- events --------------------------------------------------------------------------------------
 
@@ -370,13 +378,10 @@ class SchedulingQueue:
                 self._place(qp, str(event))
                 moved += 1
         self.move_request_cycle = self.scheduling_cycle
-        if moved:
-            self._report()
         return moved
 
     def flush_backoff_completed(self) -> None:
         now = self.clock()
-        moved = False
         while self._backoff and self._backoff[0][0] <= now:
             _, _, qp = heapq.heappop(self._backoff)
             uid = _uid(qp.pod)
@@ -384,9 +389,6 @@ class SchedulingQueue:
                 continue
             del self._backoff_uids[uid]
             self._push_active(qp)
-            moved = True
-        if moved:
-            self._report()
 
     def flush_unschedulable_leftover(self) -> None:
         now = self.clock()
@@ -397,7 +399,6 @@ class SchedulingQueue:
             for qp in stale:
                 if self._should_requeue(qp, event, None, None):
                     self._place(qp, UNSCHEDULABLE_TIMEOUT)
-            self._report()
 
     def pending_pods(self) -> dict[str, list[Obj]]:
         return {

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -17,7 +19,6 @@ from scheduler.framework.interface import (
     CycleState,
     EventRecorder,
     NodeInfo,
-    NodeScore,
     NodeToStatus,
     Obj,
     Plugin,
@@ -229,6 +230,8 @@ class Framework:
             except Exception as e:
                 log.exception("filter plugin failed", plugin=p.name)
                 return [], Status.error(e, plugin=p.name)
+            if results is None:
+                continue
             passed = []
             for ni, st in zip(survivors, results, strict=True):
                 if st is None or st.code == Code.SUCCESS:
@@ -356,21 +359,25 @@ class Framework:
                     st.plugin = p.name
                     return totals, st
                 if p.name in self._normalizers:
-                    scores = [NodeScore(ni.name, v) for ni, v in zip(nodes, values, strict=True)]
-                    st = p.normalize_score(state, pod, scores)
+                    values, st = p.normalize_values(state, pod, nodes, values)
                     if st is not None and not st.is_success():
                         st.plugin = p.name
                         return totals, st
-                    values = [ns.score for ns in scores]
             except Exception as e:
                 log.exception("score plugin failed", plugin=p.name)
                 return totals, Status.error(e, plugin=p.name)
-            for i, v in enumerate(values):
-                if v > MAX_NODE_SCORE or v < MIN_NODE_SCORE:
-                    return totals, Status.error(
-                        f"plugin {p.name!r} returns an invalid score {v}, it should in the range of "
-                        f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing", plugin=p.name)
-                totals[i] += v * weight
+            if not values:
+                continue
+            lo, hi = min(values), max(values)
+            if hi > MAX_NODE_SCORE or lo < MIN_NODE_SCORE:
+                v = hi if hi > MAX_NODE_SCORE else lo
+                return totals, Status.error(
+                    f"plugin {p.name!r} returns an invalid score {v}, it should in the range of "
+                    f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing", plugin=p.name)
+            if weight == 1:
+                totals = list(map(operator.add, totals, values))
+            else:
+                totals = list(map(operator.add, totals, map(operator.mul, values, itertools.repeat(weight))))
         return totals, None
 
     # -- Reserve / Permit ---------------------------------------------------------------------------

@@ -50,6 +50,16 @@ def default_normalize_score(max_priority: int, reverse: bool, scores: list[NodeS
         s.score = max_priority - score if reverse else score
 
 
+def default_normalize_values(max_priority: int, reverse: bool, values: list[int]) -> list[int]:
+    """`default_normalize_score` over plain scores (the framework's fast path)."""
+    highest = max(values, default=0)
+    if highest == 0:
+        return [max_priority] * len(values) if reverse else list(values)
+    if reverse:
+        return [max_priority - max_priority * v // highest for v in values]
+    return [max_priority * v // highest for v in values]
+
+
 def _requirement_matches(req: Mapping[str, Any], values: Mapping[str, str]) -> bool:
     key = req.get("key", "")
     op = req.get("operator", "")

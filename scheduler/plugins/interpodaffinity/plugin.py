@@ -4,11 +4,16 @@ Filtering counts, per topology pair (key, value), the existing pods that match t
 required terms and the existing pods whose required anti-affinity terms match the incoming pod; a
 node then passes or fails by looking up its own label values. Scoring sums term weights per
 topology pair the same way and normalizes the per-node sums to 0..100.
+
+The counts come from the snapshot's PodIndex: existing pods' terms are grouped by signature with
+their counts per topology pair (one match test per distinct term, not per pod), and the incoming
+pod's terms find their pods through the label index; only selectors without a single-value
+requirement fall back to scanning every pod.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from scheduler.framework.interface import (
@@ -27,9 +32,11 @@ from scheduler.framework.interface import (
     Plugin,
     PodInfo,
     PreFilterResult,
+    Snapshot,
     Status,
     WeightedAffinityTerm,
 )
+from scheduler.framework.podindex import TermCounts, TermKey
 
 NAME = "InterPodAffinity"
 PRE_FILTER_STATE_KEY = "PreFilter" + NAME
@@ -152,12 +159,6 @@ class PreScoreState:
         scores = self.topology_score.setdefault(term.topology_key, {})
         scores[value] = scores.get(value, 0) + weight * multiplier
 
-    def process_terms(self, terms: Iterable[WeightedAffinityTerm], target: Obj,
-                      target_ns_labels: Mapping[str, str] | None, node_labels: Mapping[str, str],
-                      multiplier: int) -> None:
-        for wt in terms:
-            self.process_term(wt.term, wt.weight, target, target_ns_labels, node_labels, multiplier)
-
 
 class InterPodAffinity(Plugin):
     """Pods attracted to, or kept apart from, other pods within a topology domain."""
@@ -188,31 +189,76 @@ class InterPodAffinity(Plugin):
     def pre_filter(self, state: CycleState, pod: Obj,
                    nodes: list[NodeInfo]) -> tuple[PreFilterResult | None, Status | None]:
         lister = self.handle.snapshot_shared_lister()
-        with_anti = lister.have_pods_with_required_anti_affinity_list()
+        index = lister.pod_index
         pod_info = PodInfo(pod)
-        if not pod_info.required_affinity_terms and not pod_info.required_anti_affinity_terms and not with_anti:
+        if not pod_info.required_affinity_terms and not pod_info.required_anti_affinity_terms \
+                and not index.required_anti_affinity:
             return None, Status(Code.SKIP)
         s = PreFilterState(pod_info, self._ns_labels())
-        for ni in with_anti:
-            labels = ni.labels
-            for existing in ni.pods_with_required_anti_affinity:
-                _update_with_anti_affinity_terms(s.existing_anti_affinity_counts, pod, s.pod_ns_labels, labels,
-                                                 existing.required_anti_affinity_terms, 1)
+        # Existing pods' anti-affinity terms, grouped by signature: one match test per distinct term.
+        counts = s.existing_anti_affinity_counts
+        for tc in index.required_anti_affinity.values():
+            if tc.term.matches(pod, s.pod_ns_labels):
+                for pair, n in tc.pairs.items():
+                    _add(counts, pair, n)
         affinity_terms = pod_info.required_affinity_terms
         anti_terms = pod_info.required_anti_affinity_terms
-        if affinity_terms or anti_terms:
-            for ni in lister.list():
-                labels = ni.labels
-                for existing in ni.pods:
-                    target = existing.pod
-                    if affinity_terms:
-                        _update_with_affinity_terms(s.affinity_counts, target, labels, affinity_terms,
-                                                    s.ns_labels, 1)
-                    if anti_terms:
-                        _update_with_anti_affinity_terms(s.anti_affinity_counts, target,
-                                                         s.ns_labels(_namespace(target)), labels, anti_terms, 1)
+        if affinity_terms and not self._count_affinity(lister, s, affinity_terms):
+            self._scan(lister, s, affinity_terms, [])
+        for t in anti_terms:
+            if not self._count_anti_affinity(lister, s, t):
+                self._scan(lister, s, [], [t])
         state.write(PRE_FILTER_STATE_KEY, s)
         return None, None
+
+    @staticmethod
+    def _count_affinity(lister: Snapshot, s: PreFilterState, terms: list[AffinityTerm]) -> bool:
+        """Count pods matching every term from the index; False when the index cannot narrow."""
+        found = _candidates_by_node(lister, terms[0], s.ns_labels)
+        if found is None:
+            return False
+        counts = s.affinity_counts
+        for ni, pods, exact in found:
+            labels = ni.labels
+            if exact and len(terms) == 1:
+                value = labels.get(terms[0].topology_key)
+                if value is not None:
+                    _add(counts, (terms[0].topology_key, value), len(pods))
+                continue
+            for existing in pods:
+                _update_with_affinity_terms(counts, existing.pod, labels, terms, s.ns_labels, 1)
+        return True
+
+    @staticmethod
+    def _count_anti_affinity(lister: Snapshot, s: PreFilterState, term: AffinityTerm) -> bool:
+        found = _candidates_by_node(lister, term, s.ns_labels)
+        if found is None:
+            return False
+        counts = s.anti_affinity_counts
+        key = term.topology_key
+        for ni, pods, exact in found:
+            value = ni.labels.get(key)
+            if value is None:
+                continue
+            n = len(pods) if exact else sum(
+                1 for p in pods if term.matches(p.pod, s.ns_labels(_namespace(p.pod))))
+            if n:
+                _add(counts, (key, value), n)
+        return True
+
+    @staticmethod
+    def _scan(lister: Snapshot, s: PreFilterState, affinity_terms: list[AffinityTerm],
+              anti_terms: list[AffinityTerm]) -> None:
+        """Every pod on every node: for selectors the index cannot narrow (no single-value requirement)."""
+        for ni in lister.list():
+            labels = ni.labels
+            for existing in ni.pods:
+                target = existing.pod
+                if affinity_terms:
+                    _update_with_affinity_terms(s.affinity_counts, target, labels, affinity_terms, s.ns_labels, 1)
+                if anti_terms:
+                    _update_with_anti_affinity_terms(s.anti_affinity_counts, target,
+                                                     s.ns_labels(_namespace(target)), labels, anti_terms, 1)
 
     def pre_filter_extensions(self) -> Plugin | None:
         return self
@@ -246,6 +292,39 @@ class InterPodAffinity(Plugin):
             return Status.unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)
         return None
 
+    def filter_nodes(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> list[Status | None] | None:
+        s: PreFilterState | None = state.get(PRE_FILTER_STATE_KEY)
+        if s is None or [1 for ni in nodes if ni.node is None]:
+            return super().filter_nodes(state, pod, nodes)
+        out: list[Status | None] | None = None
+        if s.pod_info.required_affinity_terms:
+            failed = Status.unresolvable(ERR_REASON_AFFINITY_RULES_NOT_MATCH)
+            bad = [i for i, ni in enumerate(nodes) if not _satisfy_pod_affinity(s, ni.labels)]
+            if bad:
+                out = [None] * len(nodes)
+                for i in bad:
+                    out[i] = failed
+        # The anti-affinity rules reject nodes by their value of a topology key: list those values once.
+        checks: list[tuple[dict[str, set[str]], Status]] = []
+        if s.anti_affinity_counts:
+            keys = {t.topology_key for t in s.pod_info.required_anti_affinity_terms}
+            checks.append((_positive_values(s.anti_affinity_counts, keys),
+                           Status.unschedulable(ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH)))
+        if s.existing_anti_affinity_counts:
+            checks.append((_positive_values(s.existing_anti_affinity_counts, None),
+                           Status.unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)))
+        for values_by_key, failed in checks:
+            for key, values in values_by_key.items():
+                bad = [i for i, ni in enumerate(nodes) if ni.labels.get(key) in values]
+                if not bad:
+                    continue
+                if out is None:
+                    out = [None] * len(nodes)
+                for i in bad:
+                    if out[i] is None:
+                        out[i] = failed
+        return out
+
     # -- scoring ---------------------------------------------------------------------------------------
 
     def pre_score(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> Status | None:
@@ -256,28 +335,29 @@ class InterPodAffinity(Plugin):
         if self.ignore_preferred_terms_of_existing_pods and not has_constraints:
             return Status(Code.SKIP)
         lister = self.handle.snapshot_shared_lister()
-        all_nodes = lister.list() if has_constraints else lister.have_pods_with_affinity_list()
+        index = lister.pod_index
         ns_labels = self._ns_labels()
         pod_ns_labels = ns_labels(_namespace(pod))
         s = PreScoreState()
-        hard_weight = self.hard_pod_affinity_weight
-        use_existing_preferred = not self.ignore_preferred_terms_of_existing_pods
-        for ni in all_nodes:
-            labels = ni.labels
-            if not labels:
-                continue
-            for existing in (ni.pods if has_constraints else ni.pods_with_affinity):
-                target = existing.pod
-                if has_constraints:
-                    target_ns = ns_labels(_namespace(target))
-                    s.process_terms(pod_info.preferred_affinity_terms, target, target_ns, labels, 1)
-                    s.process_terms(pod_info.preferred_anti_affinity_terms, target, target_ns, labels, -1)
-                if hard_weight > 0:
-                    for term in existing.required_affinity_terms:
-                        s.process_term(term, hard_weight, pod, pod_ns_labels, labels, 1)
-                if use_existing_preferred:
-                    s.process_terms(existing.preferred_affinity_terms, pod, pod_ns_labels, labels, 1)
-                    s.process_terms(existing.preferred_anti_affinity_terms, pod, pod_ns_labels, labels, -1)
+        for wt in pod_info.preferred_affinity_terms:
+            _score_incoming_term(lister, s, wt, 1, ns_labels)
+        for wt in pod_info.preferred_anti_affinity_terms:
+            _score_incoming_term(lister, s, wt, -1, ns_labels)
+        # Existing pods' terms, grouped by signature (and weight) with their counts per topology pair.
+        tables: list[tuple[dict[TermKey, TermCounts], int, int]] = []
+        if self.hard_pod_affinity_weight > 0:
+            tables.append((index.required_affinity, self.hard_pod_affinity_weight, 1))
+        if not self.ignore_preferred_terms_of_existing_pods:
+            tables.append((index.preferred_affinity, 0, 1))
+            tables.append((index.preferred_anti_affinity, 0, -1))
+        for table, fixed_weight, multiplier in tables:
+            for tc in table.values():
+                if not tc.term.matches(pod, pod_ns_labels):
+                    continue
+                weight = (fixed_weight or tc.weight) * multiplier
+                for (key, value), n in tc.pairs.items():
+                    scores = s.topology_score.setdefault(key, {})
+                    scores[value] = scores.get(value, 0) + weight * n
         if not s.topology_score:
             return Status(Code.SKIP)
         state.write(PRE_SCORE_STATE_KEY, s)
@@ -305,6 +385,75 @@ class InterPodAffinity(Plugin):
         for ns in scores:
             ns.score = int(MAX_NODE_SCORE * (ns.score - lo) / diff) if diff > 0 else 0
         return None
+
+    def normalize_values(self, state: CycleState, pod: Obj, nodes: list[NodeInfo],
+                         values: list[int]) -> tuple[list[int], Status | None]:
+        s: PreScoreState | None = state.get(PRE_SCORE_STATE_KEY)
+        if s is None or not s.topology_score or not values:
+            return values, None
+        lo = min(values)
+        diff = max(values) - lo
+        if diff <= 0:
+            return [0] * len(values), None
+        return [int(MAX_NODE_SCORE * (v - lo) / diff) for v in values], None
+
+
+def _term_namespaces(term: AffinityTerm, lister: Snapshot, ns_labels: _NsLabelCache) -> list[str]:
+    """Namespaces holding pods that `term` covers (its list, or those its namespaceSelector picks)."""
+    if term.namespace_selector.matches_nothing:
+        return list(term.namespaces)
+    return [ns for ns in lister.pod_index.namespace_names()
+            if ns in term.namespaces or term.namespace_selector.matches(ns_labels(ns) or {})]
+
+
+def _candidates_by_node(lister: Snapshot, term: AffinityTerm,
+                        ns_labels: _NsLabelCache) -> list[tuple[NodeInfo, list[PodInfo], bool]] | None:
+    """Per node, the pods that may match `term` and whether all of them surely do; None if the index
+    cannot narrow the term's selector."""
+    out = []
+    infos = lister.node_info_map
+    for ns in _term_namespaces(term, lister, ns_labels):
+        found, exact = lister.pod_index.candidates(ns, term.selector)
+        if found is None:
+            return None
+        for node, pods in found.items():
+            ni = infos.get(node)
+            if ni is not None and pods:
+                out.append((ni, pods, exact))
+    return out
+
+
+def _score_incoming_term(lister: Snapshot, s: PreScoreState, wt: WeightedAffinityTerm, multiplier: int,
+                         ns_labels: _NsLabelCache) -> None:
+    """Add the incoming pod's preferred term's weight for every existing pod it matches."""
+    term = wt.term
+    found = _candidates_by_node(lister, term, ns_labels)
+    if found is None:
+        for ni in lister.list():
+            labels = ni.labels
+            if labels:
+                for existing in ni.pods:
+                    target = existing.pod
+                    s.process_term(term, wt.weight, target, ns_labels(_namespace(target)), labels, multiplier)
+        return
+    key = term.topology_key
+    for ni, pods, exact in found:
+        value = ni.labels.get(key)
+        if value is None:
+            continue
+        n = len(pods) if exact else sum(1 for p in pods if term.matches(p.pod, ns_labels(_namespace(p.pod))))
+        if n:
+            scores = s.topology_score.setdefault(key, {})
+            scores[value] = scores.get(value, 0) + wt.weight * multiplier * n
+
+
+def _positive_values(counts: dict[TopologyPair, int], keys: set[str] | None) -> dict[str, set[str]]:
+    """The topology values with a positive count, by key (only `keys` unless None)."""
+    out: dict[str, set[str]] = {}
+    for (k, v), n in counts.items():
+        if n > 0 and (keys is None or k in keys):
+            out.setdefault(k, set()).add(v)
+    return out
 
 
 def _satisfy_pod_affinity(s: PreFilterState, labels: Mapping[str, str]) -> bool:

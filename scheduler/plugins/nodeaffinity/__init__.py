@@ -22,7 +22,12 @@ from scheduler.framework.interface import (
     QueueingHint,
     Status,
 )
-from scheduler.plugins.helper import default_normalize_score, node_selector_matches, node_selector_term_matches
+from scheduler.plugins.helper import (
+    default_normalize_score,
+    default_normalize_values,
+    node_selector_matches,
+    node_selector_term_matches,
+)
 
 ERR_REASON_POD = "node(s) didn't match Pod's node affinity/selector"
 ERR_REASON_ENFORCED = "node(s) didn't match scheduler-enforced node affinity"
@@ -134,6 +139,10 @@ class NodeAffinity(Plugin):
     def normalize_score(self, state: CycleState, pod: Obj, scores: list[NodeScore]) -> Status | None:
         default_normalize_score(MAX_NODE_SCORE, False, scores)
         return None
+
+    def normalize_values(self, state: CycleState, pod: Obj, nodes: list[NodeInfo],
+                         values: list[int]) -> tuple[list[int], Status | None]:
+        return default_normalize_values(MAX_NODE_SCORE, False, values), None
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [ClusterEventWithHint(

@@ -21,7 +21,13 @@ from scheduler.framework.interface import (
     Status,
     pod_requests,
 )
-from scheduler.plugins.noderesources.scoring import DEFAULT_RESOURCES, ScorePlan, plan_values, score_plan
+from scheduler.plugins.noderesources.scoring import (
+    DEFAULT_RESOURCES,
+    GenerationMemo,
+    ScorePlan,
+    plan_values,
+    score_plan,
+)
 
 _PRE_SCORE_KEY = "PreScoreNodeResourcesBalancedAllocation"
 
@@ -32,6 +38,7 @@ class BalancedAllocation(Plugin):
     def __init__(self, args: Mapping[str, Any], handle: Handle) -> None:
         super().__init__(args, handle)
         self.resources = [(r["name"], 1) for r in args.get("resources") or DEFAULT_RESOURCES]
+        self._memo = GenerationMemo()
 
     def pre_score(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> Status | None:
         req = pod_requests(pod)
@@ -61,16 +68,22 @@ class BalancedAllocation(Plugin):
         if plan is None or [a for a, *_ in plan] != ["milli_cpu", "memory"]:
             return super().score_nodes(state, pod, nodes)
         # Two resources (the default): the standard deviation is half the difference of the fractions.
+        # Remembered per node generation, like Fit's scores.
         pod_cpu, pod_mem = plan[0][2], plan[1][2]
-        out = []
-        for ni in nodes:
-            alloc, used = ni.allocatable, ni.requested
-            if alloc.milli_cpu and alloc.memory:
-                f_cpu = min((used.milli_cpu + pod_cpu) / alloc.milli_cpu, 1.0)
-                f_mem = min((used.memory + pod_mem) / alloc.memory, 1.0)
-                out.append(int((1 - abs(f_cpu - f_mem) / 2) * MAX_NODE_SCORE))
-            else:
-                out.append(self.score(state, pod, ni)[0])
+        memo = self._memo.table((pod_cpu, pod_mem), len(nodes))
+        out = [memo.get(ni.generation) for ni in nodes]
+        if None in out:
+            for i, v in enumerate(out):
+                if v is None:
+                    ni = nodes[i]
+                    alloc, used = ni.allocatable, ni.requested
+                    if alloc.milli_cpu and alloc.memory:
+                        f_cpu = min((used.milli_cpu + pod_cpu) / alloc.milli_cpu, 1.0)
+                        f_mem = min((used.memory + pod_mem) / alloc.memory, 1.0)
+                        v = int((1 - abs(f_cpu - f_mem) / 2) * MAX_NODE_SCORE)
+                    else:
+                        v = self.score(state, pod, ni)[0]
+                    out[i] = memo[ni.generation] = v
         return out, None
 
     def events_to_register(self) -> list[ClusterEventWithHint]:

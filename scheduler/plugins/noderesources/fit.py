@@ -24,6 +24,7 @@ from scheduler.framework.interface import (
 )
 from scheduler.plugins.noderesources.scoring import (
     DEFAULT_RESOURCES,
+    GenerationMemo,
     ScorePlan,
     least_requested,
     most_requested,
@@ -94,6 +95,7 @@ class Fit(Plugin):
             self._scorer = requested_to_capacity_ratio(shape)
         else:
             raise ValueError(f"scoring strategy {self.strategy} is not supported")
+        self._memo = GenerationMemo()
 
     def _requests(self, state: CycleState, pod: Obj) -> _PodRequests:
         r = state.get(_PRE_FILTER_KEY)
@@ -114,21 +116,38 @@ class Fit(Plugin):
             return Status.unschedulable(*reasons)
         return None
 
-    def filter_nodes(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> list[Status | None]:
+    def filter_nodes(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> list[Status | None] | None:
         req = self._requests(state, pod).requests
         if req.scalar:
             return super().filter_nodes(state, pod, nodes)
-        # cpu, memory, ephemeral-storage and pod count only: the common case, inline.
+        # cpu, memory, ephemeral-storage and pod count only: the common case. Whether a node fits is
+        # remembered per node generation; nodes that changed since are checked again.
         cpu, mem, eph = req.milli_cpu, req.memory, req.ephemeral_storage
-        out: list[Status | None] = []
-        for ni in nodes:
-            alloc, used = ni.allocatable, ni.requested
-            if len(ni.pods) < alloc.allowed_pod_number and (cpu == 0 or cpu <= alloc.milli_cpu - used.milli_cpu) \
-                    and (mem == 0 or mem <= alloc.memory - used.memory) \
-                    and (eph == 0 or eph <= alloc.ephemeral_storage - used.ephemeral_storage):
-                out.append(None)
-            else:
-                out.append(Status.unschedulable(*insufficient_resources(req, ni)))
+        memo = self._memo.table(("filter", cpu, mem, eph), len(nodes))
+        fits = [memo.get(ni.generation) for ni in nodes]
+        if None in fits:
+            for i, f in enumerate(fits):
+                if f is None:
+                    ni = nodes[i]
+                    alloc, used = ni.allocatable, ni.requested
+                    f = fits[i] = memo[ni.generation] = (
+                        len(ni.pods) < alloc.allowed_pod_number
+                        and not (cpu and cpu > alloc.milli_cpu - used.milli_cpu)
+                        and not (mem and mem > alloc.memory - used.memory)
+                        and not (eph and eph > alloc.ephemeral_storage - used.ephemeral_storage))
+        if all(fits):
+            return None
+        full = [i for i, f in enumerate(fits) if not f]
+        if not full:
+            return None
+        out: list[Status | None] = [None] * len(nodes)
+        shared: dict[tuple[str, ...], Status] = {}
+        for i in full:
+            reasons = tuple(insufficient_resources(req, nodes[i]))
+            st = shared.get(reasons)
+            if st is None:
+                st = shared[reasons] = Status.unschedulable(*reasons)
+            out[i] = st
         return out
 
     def pre_score(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> Status | None:
@@ -163,17 +182,21 @@ class Fit(Plugin):
         plan: ScorePlan | None = state.get(_PRE_SCORE_KEY)
         if plan is None or self.strategy != LEAST_ALLOCATED or [(a, nz) for a, _, _, _, nz in plan] != _CPU_MEM:
             return super().score_nodes(state, pod, nodes)
-        # The default profile's case (LeastAllocated over cpu and memory) in one loop.
+        # The default profile's case (LeastAllocated over cpu and memory), remembered per node generation.
         (_, _, pod_cpu, w_cpu, _), (_, _, pod_mem, w_mem, _) = plan
         weights = w_cpu + w_mem
-        out = []
-        for ni in nodes:
-            alloc, used = ni.allocatable, ni.non_zero_requested
-            cap, req = alloc.milli_cpu, used.milli_cpu + pod_cpu
-            s_cpu = (cap - req) * MAX_NODE_SCORE // cap if cap and req <= cap else 0
-            cap, req = alloc.memory, used.memory + pod_mem
-            s_mem = (cap - req) * MAX_NODE_SCORE // cap if cap and req <= cap else 0
-            out.append((s_cpu * w_cpu + s_mem * w_mem) // weights)
+        memo = self._memo.table(("score", pod_cpu, pod_mem, w_cpu, w_mem), len(nodes))
+        out = [memo.get(ni.generation) for ni in nodes]
+        if None in out:
+            for i, v in enumerate(out):
+                if v is None:
+                    ni = nodes[i]
+                    alloc, used = ni.allocatable, ni.non_zero_requested
+                    cap, req = alloc.milli_cpu, used.milli_cpu + pod_cpu
+                    s_cpu = (cap - req) * MAX_NODE_SCORE // cap if cap and req <= cap else 0
+                    cap, req = alloc.memory, used.memory + pod_mem
+                    s_mem = (cap - req) * MAX_NODE_SCORE // cap if cap and req <= cap else 0
+                    out[i] = memo[ni.generation] = (s_cpu * w_cpu + s_mem * w_mem) // weights
         return out, None
 
     def events_to_register(self) -> list[ClusterEventWithHint]:

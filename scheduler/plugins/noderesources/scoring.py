@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from scheduler.framework.interface import MAX_NODE_SCORE, NodeInfo, Resource, is_scalar_resource
@@ -87,3 +87,29 @@ def requested_to_capacity_ratio(shape_spec: Sequence[Mapping[str, Any]]) -> Call
         return raw(requested * MAX_UTILIZATION // capacity)
 
     return score
+
+
+class GenerationMemo:
+    """Per-node results for a few pod shapes, keyed by `NodeInfo.generation`.
+
+    A node's generation changes whenever its pods or allocatable do, so a result computed for an
+    unchanged node in an earlier cycle still holds: identical pods (a ReplicaSet's) then cost a dict
+    lookup per node instead of the arithmetic. A table starts over once it holds `max_entries`
+    results (stale generations pile up slowly: about one per cycle once warm).
+    """
+
+    __slots__ = ("_tables", "_max_shapes", "_max_entries")
+
+    def __init__(self, max_shapes: int = 4, max_entries: int = 32768) -> None:
+        self._tables: dict[Hashable, dict[int, Any]] = {}
+        self._max_shapes = max_shapes
+        self._max_entries = max_entries
+
+    def table(self, shape: Hashable, batch: int) -> dict[int, Any]:
+        """The results for pods of `shape`, about to be read for `batch` nodes."""
+        t = self._tables.get(shape)
+        if t is None or len(t) > max(self._max_entries, 4 * batch):
+            if t is None and len(self._tables) >= self._max_shapes:
+                self._tables.pop(next(iter(self._tables)))
+            t = self._tables[shape] = {}
+        return t

@@ -35,10 +35,11 @@ class NodeUnschedulable(Plugin):
             return None
         return Status.unresolvable(ERR_REASON_UNSCHEDULABLE)
 
-    def filter_nodes(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> list[Status | None]:
+    def filter_nodes(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> list[Status | None] | None:
+        if not [1 for ni in nodes if ni.unschedulable or ni.node is None]:
+            return None
         f = self.filter
-        return [f(state, pod, ni) if ni.node is None or (ni.node.get("spec") or {}).get("unschedulable") else None
-                for ni in nodes]
+        return [f(state, pod, ni) if ni.unschedulable or ni.node is None else None for ni in nodes]
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [

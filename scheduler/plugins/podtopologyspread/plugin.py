@@ -5,6 +5,9 @@ Filter (DoNotSchedule constraints): placing the pod on a node must keep
 minimum counts only eligible domains and is 0 while fewer than `minDomains` domains exist.
 Score (ScheduleAnyway constraints): fewer matching pods in a node's domains scores higher, each
 constraint weighted by log(number of domains + 2).
+
+Matching pods per node come from the snapshot's PodIndex and the eligible domains from its
+per-label-key node sets, so a cycle costs O(nodes holding matching pods), not O(all pods).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from scheduler.framework.interface import (
     Plugin,
     PodInfo,
     PreFilterResult,
+    Snapshot,
     Status,
 )
 from scheduler.plugins.helper import find_untolerated_taint, node_selector_matches
@@ -75,6 +79,16 @@ class Constraint:
     min_domains: int = 1
     node_affinity_policy: str = HONOR
     node_taints_policy: str = IGNORE
+
+    def includes_every_node(self, pod: Obj) -> bool:
+        """True when no inclusion policy can exclude a node for this pod (the common case)."""
+        if self.node_taints_policy == HONOR:
+            return False
+        if self.node_affinity_policy != HONOR:
+            return True
+        spec = pod.get("spec") or {}
+        node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+        return not spec.get("nodeSelector") and not node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
 
     def includes_node(self, pod: Obj, node: Obj) -> bool:
         """Whether the node's domain counts for this pod under nodeAffinityPolicy/nodeTaintsPolicy."""
@@ -127,6 +141,25 @@ def node_has_all_keys(labels: Mapping[str, str], constraints: list[Constraint]) 
     return all(c.topology_key in labels for c in constraints)
 
 
+def matching_pods_by_node(lister: Snapshot, selector: LabelSelector, namespace: str) -> dict[str, int] | None:
+    """Matching (non-terminating) pods of the namespace per node name, from the snapshot's pod index;
+    None when the index cannot narrow the selector and the caller must count node by node."""
+    if selector.empty or selector.matches_nothing:
+        return {}
+    index = lister.pod_index
+    found, exact = index.candidates(namespace, selector)
+    if found is None:
+        return None
+    if exact and not index.terminating:
+        return {node: len(pods) for node, pods in found.items()}
+    out = {}
+    for node, pods in found.items():
+        n = count_pods_match_selector(pods, selector, namespace)
+        if n:
+            out[node] = n
+    return out
+
+
 def count_pods_match_selector(pods: list[PodInfo], selector: LabelSelector, namespace: str) -> int:
     """Matching pods of the namespace on a node; terminating pods do not count (upstream #87621)."""
     if selector.empty or selector.matches_nothing:
@@ -173,10 +206,12 @@ class CriticalPaths:
 
 
 class PreFilterState:
-    __slots__ = ("constraints", "tp_key_to_critical_paths", "tp_key_to_domains_num", "tp_pair_to_match_num")
+    __slots__ = ("constraints", "tp_key_to_critical_paths", "tp_key_to_domains_num", "tp_pair_to_match_num",
+                 "checks")
 
     def __init__(self, constraints: list[Constraint]) -> None:
         self.constraints = constraints
+        self.checks: list[tuple[str, set[str]]] | None = None
         self.tp_key_to_critical_paths: dict[str, CriticalPaths] = {}
         self.tp_key_to_domains_num: dict[str, int] = {}
         self.tp_pair_to_match_num: dict[tuple[str, str], int] = {}
@@ -189,6 +224,22 @@ class PreFilterState:
         other.tp_pair_to_match_num = dict(self.tp_pair_to_match_num)
         return other
 
+    def full_domains(self, pod: Obj) -> list[tuple[str, set[str]]] | None:
+        """Per constraint, its key and the domains with no room for one more matching pod (computed once
+        per state; add_pod/remove_pod reset it). None when a constraint's limit is negative."""
+        if self.checks is not None:
+            return self.checks
+        pod_labels = (pod.get("metadata") or {}).get("labels") or {}
+        checks: list[tuple[str, set[str]]] = []
+        for c in self.constraints:
+            limit = c.max_skew - (1 if c.selector.matches(pod_labels) else 0) + self.min_match_num(c)
+            if limit < 0:
+                return None
+            key = c.topology_key
+            checks.append((key, {v for (k, v), n in self.tp_pair_to_match_num.items() if k == key and n > limit}))
+        self.checks = checks
+        return checks
+
     def min_match_num(self, c: Constraint) -> int:
         if self.tp_key_to_domains_num.get(c.topology_key, 0) < c.min_domains:
             return 0
@@ -196,11 +247,14 @@ class PreFilterState:
 
 
 class PreScoreState:
-    __slots__ = ("constraints", "ignored_nodes", "topology_value_to_pod_counts", "topology_normalizing_weight")
+    __slots__ = ("constraints", "ignored_nodes", "topology_value_to_pod_counts", "topology_normalizing_weight",
+                 "host_counts")
 
     def __init__(self) -> None:
         self.constraints: list[Constraint] = []
         self.ignored_nodes: set[str] = set()
+        # Per constraint on the hostname key, matching pods per node (None: count on the node itself).
+        self.host_counts: list[dict[str, int] | None] = []
         self.topology_value_to_pod_counts: list[dict[str, int]] = []
         self.topology_normalizing_weight: list[float] = []
 
@@ -316,24 +370,33 @@ class PodTopologySpread(Plugin):
             return None, Status(Code.SKIP)
         s = PreFilterState(constraints)
         namespace = (pod.get("metadata") or {}).get("namespace", "")
-        for ni in self.handle.snapshot_shared_lister().list():
-            node = ni.node
-            if node is None:
+        lister = self.handle.snapshot_shared_lister()
+        eligible = lister.nodes_with_keys(tuple(sorted({c.topology_key for c in constraints})))
+        pairs = s.tp_pair_to_match_num
+        for c in constraints:
+            key = c.topology_key
+            if c.includes_every_node(pod):
+                included: dict[str, NodeInfo] = eligible
+                for value in lister.domains(eligible, key):
+                    pairs.setdefault((key, value), 0)
+            else:
+                included = {name: ni for name, ni in eligible.items() if c.includes_node(pod, ni.node or {})}
+                for ni in included.values():
+                    pairs.setdefault((key, ni.labels[key]), 0)
+            by_node = matching_pods_by_node(lister, c.selector, namespace)
+            if by_node is None:
+                for ni in included.values():
+                    pairs[(key, ni.labels[key])] += count_pods_match_selector(ni.pods, c.selector, namespace)
                 continue
-            labels = ni.labels
-            if not node_has_all_keys(labels, constraints):
-                continue
-            for c in constraints:
-                if not c.includes_node(pod, node):
-                    continue
-                pair = (c.topology_key, labels[c.topology_key])
-                count = count_pods_match_selector(ni.pods, c.selector, namespace)
-                s.tp_pair_to_match_num[pair] = s.tp_pair_to_match_num.get(pair, 0) + count
-        for key, _ in s.tp_pair_to_match_num:
+            for name, n in by_node.items():
+                ni = included.get(name)
+                if ni is not None:
+                    pairs[(key, ni.labels[key])] += n
+        for key, _ in pairs:
             s.tp_key_to_domains_num[key] = s.tp_key_to_domains_num.get(key, 0) + 1
         for c in constraints:
             s.tp_key_to_critical_paths[c.topology_key] = CriticalPaths()
-        for (key, value), num in s.tp_pair_to_match_num.items():
+        for (key, value), num in pairs.items():
             s.tp_key_to_critical_paths[key].update(value, num)
         state.write(PRE_FILTER_STATE_KEY, s)
         return None, None
@@ -359,6 +422,7 @@ class PodTopologySpread(Plugin):
             pair = (c.topology_key, labels[c.topology_key])
             s.tp_pair_to_match_num[pair] = s.tp_pair_to_match_num.get(pair, 0) + delta
             s.tp_key_to_critical_paths[c.topology_key].update(pair[1], s.tp_pair_to_match_num[pair])
+            s.checks = None
 
     def add_pod(self, state: CycleState, pod_to_schedule: Obj, pod_info_to_add: PodInfo,
                 node_info: NodeInfo) -> Status | None:
@@ -387,6 +451,28 @@ class PodTopologySpread(Plugin):
             if match_num + self_match - s.min_match_num(c) > c.max_skew:
                 return Status.unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH)
         return None
+
+    def filter_nodes(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> list[Status | None] | None:
+        s: PreFilterState | None = state.get(PRE_FILTER_STATE_KEY)
+        if s is None or any(ni.node is None for ni in nodes):
+            return super().filter_nodes(state, pod, nodes)
+        checks = s.full_domains(pod)
+        if checks is None:
+            return super().filter_nodes(state, pod, nodes)
+        out: list[Status | None] | None = None
+        missing = Status.unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH)
+        skewed = Status.unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH)
+        for key, full in checks:
+            # Nodes without the key, or in a domain already too full for one more matching pod.
+            bad = [i for i, ni in enumerate(nodes) if (v := ni.labels.get(key)) is None or v in full]
+            if not bad:
+                continue
+            if out is None:
+                out = [None] * len(nodes)
+            for i in bad:
+                if out[i] is None:
+                    out[i] = missing if key not in nodes[i].labels else skewed
+        return out
 
     # -- scoring ---------------------------------------------------------------------------------------
 
@@ -422,21 +508,30 @@ class PodTopologySpread(Plugin):
                 size = len(nodes) - len(s.ignored_nodes)
             s.topology_normalizing_weight.append(math.log(size + 2))
         namespace = (pod.get("metadata") or {}).get("namespace", "")
-        for ni in all_nodes:
-            node = ni.node
-            if node is None:
+        lister = self.handle.snapshot_shared_lister()
+        for i, c in enumerate(constraints):
+            by_node = matching_pods_by_node(lister, c.selector, namespace)
+            if c.topology_key == LABEL_HOSTNAME:
+                s.host_counts.append(by_node)
                 continue
-            labels = ni.labels
-            if require_all and not node_has_all_keys(labels, constraints):
-                continue
-            for i, c in enumerate(constraints):
-                if not c.includes_node(pod, node):
+            s.host_counts.append(None)
+            counts = s.topology_value_to_pod_counts[i]
+            if by_node is None:
+                candidates = [(ni, count_pods_match_selector(ni.pods, c.selector, namespace)) for ni in all_nodes]
+            else:
+                infos = lister.node_info_map
+                candidates = [(infos[name], n) for name, n in by_node.items() if name in infos]
+            every = c.includes_every_node(pod)
+            for ni, n in candidates:
+                node = ni.node
+                if node is None or not n:
                     continue
-                counts = s.topology_value_to_pod_counts[i]
+                labels = ni.labels
+                if require_all and not node_has_all_keys(labels, constraints):
+                    continue
                 value = labels.get(c.topology_key, "")
-                if value not in counts:
-                    continue
-                counts[value] += count_pods_match_selector(ni.pods, c.selector, namespace)
+                if value in counts and (every or c.includes_node(pod, node)):
+                    counts[value] += n
         state.write(PRE_SCORE_STATE_KEY, s)
         return None
 
@@ -444,21 +539,14 @@ class PodTopologySpread(Plugin):
         s: PreScoreState | None = state.get(PRE_SCORE_STATE_KEY)
         if s is None:
             return 0, Status.error(f'error reading "{PRE_SCORE_STATE_KEY}" from cycleState: not found')
-        if node_info.name in s.ignored_nodes:
-            return 0, None
-        labels = node_info.labels
-        namespace = (pod.get("metadata") or {}).get("namespace", "")
-        total = 0.0
-        for i, c in enumerate(s.constraints):
-            value = labels.get(c.topology_key)
-            if value is None:
-                continue
-            if c.topology_key == LABEL_HOSTNAME:
-                cnt = count_pods_match_selector(node_info.pods, c.selector, namespace)
-            else:
-                cnt = s.topology_value_to_pod_counts[i].get(value, 0)
-            total += cnt * s.topology_normalizing_weight[i] + (c.max_skew - 1)
-        return _round_half_up(total), None
+        return _score(s, pod, node_info), None
+
+    def score_nodes(self, state: CycleState, pod: Obj,
+                    nodes: list[NodeInfo]) -> tuple[list[int], Status | None]:
+        s: PreScoreState | None = state.get(PRE_SCORE_STATE_KEY)
+        if s is None:
+            return [], Status.error(f'error reading "{PRE_SCORE_STATE_KEY}" from cycleState: not found')
+        return [_score(s, pod, ni) for ni in nodes], None
 
     def normalize_score(self, state: CycleState, pod: Obj, scores: list[NodeScore]) -> Status | None:
         s: PreScoreState | None = state.get(PRE_SCORE_STATE_KEY)
@@ -476,6 +564,42 @@ class PodTopologySpread(Plugin):
             else:
                 ns.score = MAX_NODE_SCORE * (hi + lo - ns.score) // hi
         return None
+
+    def normalize_values(self, state: CycleState, pod: Obj, nodes: list[NodeInfo],
+                         values: list[int]) -> tuple[list[int], Status | None]:
+        s: PreScoreState | None = state.get(PRE_SCORE_STATE_KEY)
+        if s is None:
+            return values, None
+        ignored = s.ignored_nodes
+        valid = [v for ni, v in zip(nodes, values, strict=True) if ni.name not in ignored] if ignored else values
+        lo = min(valid, default=0)
+        hi = max(max(valid, default=0), 0)
+        if hi == 0:
+            return [0 if ignored and ni.name in ignored else MAX_NODE_SCORE for ni in nodes], None
+        return [0 if ignored and ni.name in ignored else MAX_NODE_SCORE * (hi + lo - v) // hi
+                for ni, v in zip(nodes, values, strict=True)], None
+
+
+def _score(s: PreScoreState, pod: Obj, node_info: NodeInfo) -> int:
+    if node_info.name in s.ignored_nodes:
+        return 0
+    labels = node_info.labels
+    total = 0.0
+    for i, c in enumerate(s.constraints):
+        value = labels.get(c.topology_key)
+        if value is None:
+            continue
+        if c.topology_key == LABEL_HOSTNAME:
+            by_node = s.host_counts[i]
+            if by_node is None:
+                namespace = (pod.get("metadata") or {}).get("namespace", "")
+                cnt = count_pods_match_selector(node_info.pods, c.selector, namespace)
+            else:
+                cnt = by_node.get(node_info.name, 0)
+        else:
+            cnt = s.topology_value_to_pod_counts[i].get(value, 0)
+        total += cnt * s.topology_normalizing_weight[i] + (c.max_skew - 1)
+    return _round_half_up(total)
 
 
 def _round_half_up(x: float) -> int:

@@ -16,7 +16,12 @@ from scheduler.framework.interface import (
     QueueingHint,
     Status,
 )
-from scheduler.plugins.helper import default_normalize_score, find_untolerated_taint, tolerations_tolerate
+from scheduler.plugins.helper import (
+    default_normalize_score,
+    default_normalize_values,
+    find_untolerated_taint,
+    tolerations_tolerate,
+)
 
 _PRE_SCORE_KEY = "PreScoreTaintToleration"
 _FILTER_EFFECTS = ("NoSchedule", "NoExecute")
@@ -30,7 +35,7 @@ class TaintToleration(Plugin):
     name = "TaintToleration"
 
     def filter(self, state: CycleState, pod: Obj, node_info: NodeInfo) -> Status | None:
-        taints = _taints(node_info.node)
+        taints = node_info.taints
         if not taints:
             return None
         taint = find_untolerated_taint(taints, (pod.get("spec") or {}).get("tolerations") or [], _FILTER_EFFECTS)
@@ -39,9 +44,11 @@ class TaintToleration(Plugin):
         return Status.unresolvable(
             f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '')}}}")
 
-    def filter_nodes(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> list[Status | None]:
+    def filter_nodes(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> list[Status | None] | None:
+        if not [1 for ni in nodes if ni.taints]:
+            return None
         f = self.filter
-        return [f(state, pod, ni) if ((ni.node or {}).get("spec") or {}).get("taints") else None for ni in nodes]
+        return [f(state, pod, ni) if ni.taints else None for ni in nodes]
 
     def pre_score(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> Status | None:
         tolerations = [t for t in (pod.get("spec") or {}).get("tolerations") or ()
@@ -51,26 +58,26 @@ class TaintToleration(Plugin):
 
     def score(self, state: CycleState, pod: Obj, node_info: NodeInfo) -> tuple[int, Status | None]:
         tolerations = state.read(_PRE_SCORE_KEY)
-        count = sum(1 for t in _taints(node_info.node)
+        count = sum(1 for t in node_info.taints
                     if t.get("effect") == "PreferNoSchedule" and not tolerations_tolerate(tolerations, t))
         return count, None
 
     def score_nodes(self, state: CycleState, pod: Obj,
                     nodes: list[NodeInfo]) -> tuple[list[int], Status | None]:
+        if not [1 for ni in nodes if ni.taints]:
+            return [0] * len(nodes), None
         tolerations = state.read(_PRE_SCORE_KEY)
-        out = []
-        for ni in nodes:
-            taints = ((ni.node or {}).get("spec") or {}).get("taints")
-            if not taints:
-                out.append(0)
-                continue
-            out.append(sum(1 for t in taints
-                           if t.get("effect") == "PreferNoSchedule" and not tolerations_tolerate(tolerations, t)))
-        return out, None
+        return [sum(1 for t in ni.taints
+                    if t.get("effect") == "PreferNoSchedule" and not tolerations_tolerate(tolerations, t))
+                if ni.taints else 0 for ni in nodes], None
 
     def normalize_score(self, state: CycleState, pod: Obj, scores: list[NodeScore]) -> Status | None:
         default_normalize_score(MAX_NODE_SCORE, True, scores)
         return None
+
+    def normalize_values(self, state: CycleState, pod: Obj, nodes: list[NodeInfo],
+                         values: list[int]) -> tuple[list[int], Status | None]:
+        return default_normalize_values(MAX_NODE_SCORE, True, values), None
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [

@@ -4,8 +4,9 @@ import pytest
 
 from scheduler.framework.interface import Code, CycleState, NodeInfo
 from scheduler.plugins.noderesources import Fit
+from scheduler.plugins.noderesources.balanced import BalancedAllocation
 from scheduler.plugins.noderesources.scoring import broken_linear
-from tests.unit.scheduler.util import make_node, make_pod
+from tests.unit.scheduler.util import make_node, make_pod, node_info
 
 
 def check(pl: Fit, pod: dict, ni: NodeInfo) -> list[str]:
@@ -98,3 +99,29 @@ def test_broken_linear() -> None:
 def test_unknown_strategy_rejected() -> None:
     with pytest.raises(ValueError):
         Fit({"scoringStrategy": {"type": "Bogus"}}, None)  # type: ignore[arg-type]
+
+
+def test_batched_filter_and_score_see_node_changes() -> None:
+    """Results are remembered per node generation: adding a pod to a node must be seen next time."""
+    fit = Fit({}, None)  # type: ignore[arg-type]
+    bal = BalancedAllocation({}, None)  # type: ignore[arg-type]
+    nodes = [node_info(make_node("a", cpu="1", memory="1Gi")), node_info(make_node("b", cpu="1", memory="1Gi"))]
+    pod = make_pod("p", cpu="600m", memory="100Mi")
+
+    def run() -> tuple[list[bool], list[int], list[int]]:
+        state = CycleState()
+        fit.pre_filter(state, pod, nodes)
+        statuses = fit.filter_nodes(state, pod, nodes) or [None] * len(nodes)
+        fit.pre_score(state, pod, nodes)
+        bal.pre_score(state, pod, nodes)
+        return ([st is None for st in statuses], fit.score_nodes(state, pod, nodes)[0],
+                bal.score_nodes(state, pod, nodes)[0])
+
+    fits, fit_scores, bal_scores = run()
+    assert fits == [True, True] and fit_scores[0] == fit_scores[1] and bal_scores[0] == bal_scores[1]
+    nodes[0].add_pod(make_pod("x", cpu="500m", memory="100Mi", node="a"))
+    fits2, fit_scores2, bal_scores2 = run()
+    assert fits2 == [False, True]
+    assert fit_scores2[0] < fit_scores2[1] == fit_scores[1]
+    assert bal_scores2[0] != bal_scores2[1]
+    assert [fit.score(CycleState(), pod, ni)[0] for ni in nodes] == fit_scores2
