@@ -1,8 +1,8 @@
 """Services: defaults, validation, type-change rules, and allocation of cluster IPs and
 node ports from the configured ranges.
 
-Allocated values are recorded as etcd keys (`/registry/ranges/serviceips/<ip>`,
-`/registry/ranges/servicenodeports/<port>`) that the store creates and deletes in
+Allocated values are recorded as etcd keys below the storage root (`ranges/serviceips/<ip>`,
+`ranges/servicenodeports/<port>`) that the store creates and deletes in
 the same transaction as the Service, so two writers can never get the same value.
 """
 
@@ -18,8 +18,8 @@ from apiserver.registry.strategy import Allocation, Cause, Obj
 from services.api import errors
 from services.api import validation as v
 
-IP_PREFIX = "/registry/ranges/serviceips/"
-NODE_PORT_PREFIX = "/registry/ranges/servicenodeports/"
+IP_PREFIX = "ranges/serviceips/"
+NODE_PORT_PREFIX = "ranges/servicenodeports/"
 SERVICE_TYPES = ("ClusterIP", "ExternalName", "LoadBalancer", "NodePort")
 SESSION_AFFINITIES = ("ClientIP", "None")
 TRAFFIC_POLICIES = ("Cluster", "Local")

@@ -52,12 +52,13 @@ class ServerContext:
     admission: Admission | None = None
 
     async def taken(self, prefix: str) -> set[str]:
-        """Allocation keys currently held under `prefix`, read from etcd (never from a cache)."""
+        """Allocation keys (relative to the storage root) held under `prefix`, read from etcd, never a cache."""
         out: set[str] = set()
         start: str | None = None
+        full = self.root + prefix
         while True:
-            kvs, _, more = await self.etcd.list(prefix, limit=10000, start=start)
-            out.update(kv.key for kv in kvs)
+            kvs, _, more = await self.etcd.list(full, limit=10000, start=start)
+            out.update(kv.key[len(self.root):] for kv in kvs)
             if not more or not kvs:
                 return out
             start = kvs[-1].key + "\0"
@@ -105,7 +106,7 @@ def decode_continue(token: str) -> tuple[int, str]:
     try:
         padded = token + "=" * (-len(token) % 4)
         data = orjson.loads(base64.urlsafe_b64decode(padded))
-        if data.get("v") != "meta.k8s.io/v1":
+        if not isinstance(data, dict) or data.get("v") != "meta.k8s.io/v1":
             raise ValueError("bad version")
         return int(data["rv"]), str(data["start"])
     except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
@@ -402,6 +403,13 @@ class RESTStore:
         await self._check_namespace(namespace, name)
         return await self._store_new(obj, name, opts.dry_run)
 
+    def _keys(self, allocated: dict[str, bytes]) -> dict[str, bytes]:
+        """Allocation keys are relative to the storage root, like every other key."""
+        return {self.ctx.root + key: value for key, value in allocated.items()}
+
+    def _released(self, obj: Obj) -> list[str]:
+        return [self.ctx.root + key for key in self.strategy.release(obj)]
+
     def _track(self, old: Obj | None, new: Obj, opts: WriteOptions, subresource: str) -> Obj:
         """`new` with metadata.managedFields recording this write's manager (upstream's field manager)."""
         if opts.tracked:
@@ -426,7 +434,7 @@ class RESTStore:
             if dry_run:
                 return self.out(obj)
             try:
-                revision = await self.ctx.etcd.create(key, self._encode(obj), allocation.create)
+                revision = await self.ctx.etcd.create(key, self._encode(obj), self._keys(allocation.create))
             except KeyExists as exc:
                 if exc.key == key:
                     if name_retries > 0:
@@ -496,12 +504,12 @@ class RESTStore:
                 return self.out(new), False
             try:
                 if self._finished_deleting(new):
-                    await self.ctx.etcd.delete(key, kv.mod_revision, self.strategy.release(new))
+                    await self.ctx.etcd.delete(key, kv.mod_revision, self._released(new))
                     return self.out(new), False
                 allocation = await self.strategy.allocate(self.ctx, new, allocation_old)
-                released = [k for k in self.strategy.release(allocation_old) if k not in self.strategy.release(new)]
+                released = [k for k in self._released(allocation_old) if k not in self._released(new)]
                 revision = await self.ctx.etcd.update(
-                    key, self._encode(new), kv.mod_revision, allocation.create, released
+                    key, self._encode(new), kv.mod_revision, self._keys(allocation.create), released
                 )
             except RevisionMismatch as exc:
                 if wanted_rv:
@@ -587,7 +595,7 @@ class RESTStore:
                 return self.out(new)
             try:
                 if self._finished_deleting(new):
-                    await self.ctx.etcd.delete(key, revision, self.strategy.release(new))
+                    await self.ctx.etcd.delete(key, revision, self._released(new))
                     return self.out(new)
                 rv = await self.ctx.etcd.update(key, self._encode(new), revision)
             except RevisionMismatch:
@@ -695,7 +703,7 @@ class RESTStore:
                 if opts.dry_run:
                     return self.out(obj), True
                 try:
-                    revision = await self.ctx.etcd.delete(key, kv.mod_revision, self.strategy.release(obj))
+                    revision = await self.ctx.etcd.delete(key, kv.mod_revision, self._released(obj))
                 except RevisionMismatch:
                     continue
                 m["resourceVersion"] = str(revision)

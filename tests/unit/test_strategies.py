@@ -242,16 +242,16 @@ async def test_service_cluster_ip_allocation() -> None:
     assert obj["spec"]["clusterIPs"] == [ip]
     assert ipaddress.ip_address(ip) in ctx.service_cidr
     assert ip != "10.96.0.1"
-    assert alloc.create == {f"/registry/ranges/serviceips/{ip}": b"default/web"}
-    assert s.release(obj) == [f"/registry/ranges/serviceips/{ip}"]
+    assert alloc.create == {f"ranges/serviceips/{ip}": b"default/web"}
+    assert s.release(obj) == [f"ranges/serviceips/{ip}"]
 
 
 async def test_service_requested_ip() -> None:
     s = strategy_for(res("", "services"))
-    ctx = Ctx(keys={"/registry/ranges/serviceips/10.96.0.10"})
+    ctx = Ctx(keys={"ranges/serviceips/10.96.0.10"})
     obj, _ = create("", "services", svc(clusterIP="10.96.0.1"))
     alloc = await s.allocate(ctx, obj, None)
-    assert list(alloc.create) == ["/registry/ranges/serviceips/10.96.0.1"]
+    assert list(alloc.create) == ["ranges/serviceips/10.96.0.1"]
     taken, _ = create("", "services", svc(clusterIP="10.96.0.10"))
     with pytest.raises(StatusError) as err:
         await s.allocate(ctx, taken, None)
@@ -295,15 +295,15 @@ async def test_headless_and_external_name() -> None:
 
 async def test_node_port_allocation_and_type_changes() -> None:
     s = strategy_for(res("", "services"))
-    ctx = Ctx(keys={"/registry/ranges/servicenodeports/30080"})
+    ctx = Ctx(keys={"ranges/servicenodeports/30080"})
     obj, _ = create("", "services", svc(type="NodePort", ports=[{"port": 80, "name": "http"},
                                                                 {"port": 443, "name": "https", "nodePort": 30443}]))
     alloc = await s.allocate(ctx, obj, None)
     ports = obj["spec"]["ports"]
     assert ports[1]["nodePort"] == 30443
     assert 30000 <= ports[0]["nodePort"] <= 32767
-    assert f"/registry/ranges/servicenodeports/{ports[0]['nodePort']}" in alloc.create
-    assert "/registry/ranges/servicenodeports/30443" in alloc.create
+    assert f"ranges/servicenodeports/{ports[0]['nodePort']}" in alloc.create
+    assert "ranges/servicenodeports/30443" in alloc.create
     ctx.keys |= set(alloc.create)
 
     clash, _ = create("", "services", svc(type="NodePort", ports=[{"port": 80, "nodePort": 30080}]))
