@@ -321,29 +321,35 @@ class KubeletSocket:
 
     async def recv(self) -> bytes | str | None:
         """The next whole message; None once the kubelet closed the connection."""
+        # Frames that arrived together with the handshake are already buffered: hand them out before
+        # reading again, or a command that finishes at once loses its output.
+        await self._process_events()
         while not self._queue:
             data = await self.reader.read(65536)
             try:
                 self.conn.receive_data(data or None)
             except LocalProtocolError:
                 return None
-            for event in self.conn.events():
-                if isinstance(event, (wsevents.BytesMessage, wsevents.TextMessage)):
-                    self._parts.append(event.data)
-                    if event.message_finished:
-                        joined = b"".join(self._parts) if isinstance(event.data, bytes) else "".join(self._parts)
-                        self._queue.append(joined)  # type: ignore[arg-type]
-                        self._parts = []
-                elif isinstance(event, wsevents.Ping):
-                    await self._write(self.conn.send(event.response()))
-                elif isinstance(event, wsevents.CloseConnection):
-                    self.close_code = event.code
-                    with contextlib.suppress(LocalProtocolError, OSError):
-                        await self._write(self.conn.send(event.response()))
-                    self._queue.append(None)
+            await self._process_events()
             if not data and not self._queue:
                 self._queue.append(None)
         return self._queue.pop(0)
+
+    async def _process_events(self) -> None:
+        for event in self.conn.events():
+            if isinstance(event, (wsevents.BytesMessage, wsevents.TextMessage)):
+                self._parts.append(event.data)
+                if event.message_finished:
+                    joined = b"".join(self._parts) if isinstance(event.data, bytes) else "".join(self._parts)
+                    self._queue.append(joined)  # type: ignore[arg-type]
+                    self._parts = []
+            elif isinstance(event, wsevents.Ping):
+                await self._write(self.conn.send(event.response()))
+            elif isinstance(event, wsevents.CloseConnection):
+                self.close_code = event.code
+                with contextlib.suppress(LocalProtocolError, OSError):
+                    await self._write(self.conn.send(event.response()))
+                self._queue.append(None)
 
     async def send(self, data: bytes | str) -> None:
         if self.conn.state == ConnectionState.OPEN:
