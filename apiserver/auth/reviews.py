@@ -46,6 +46,8 @@ def _review(body: Any, api_version: str, kind: str) -> dict[str, Any]:
 def token_review(tokens: TokenIssuer, body: Any) -> dict[str, Any]:
     review = _review(body, "authentication.k8s.io/v1", "TokenReview")
     spec = review.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise errors.bad_request("TokenReview spec must be an object")
     token = spec.get("token")
     if not isinstance(token, str) or not token:
         raise errors.invalid("TokenReview", "authentication.k8s.io", "", [errors.cause(
@@ -63,6 +65,8 @@ def self_subject_review(tokens: TokenIssuer, body: Any, authorization: str | Non
 def access_review(kind: str, body: Any) -> dict[str, Any]:
     review = _review(body, "authorization.k8s.io/v1", kind)
     spec = review.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise errors.bad_request(f"{kind} spec must be an object")
     if kind == "SelfSubjectRulesReview":
         review["status"] = {
             "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
@@ -84,6 +88,11 @@ def token_request(
     """serviceaccounts/token: sign a token for `account`."""
     request = _review(body or {}, "authentication.k8s.io/v1", "TokenRequest")
     spec = request.setdefault("spec", {})
+    if not isinstance(spec, dict):
+        raise errors.bad_request("TokenRequest spec must be an object")
+    audiences = spec.get("audiences")
+    if audiences is not None and (not isinstance(audiences, list) or not all(isinstance(a, str) for a in audiences)):
+        raise errors.bad_request("TokenRequest spec.audiences must be a list of strings")
     seconds = spec.get("expirationSeconds") or DEFAULT_EXPIRATION
     if not isinstance(seconds, int) or seconds < MIN_EXPIRATION:
         raise errors.invalid("TokenRequest", "authentication.k8s.io", account["metadata"]["name"], [errors.cause(

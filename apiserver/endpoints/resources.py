@@ -545,7 +545,10 @@ class ResourceHandler:
         raw = await self._raw(request)
         body = decode_body(raw, request.headers.get("content-type")) if raw.strip() else {}
         account = await store.get(ns, name)
-        bound = ((body or {}).get("spec") or {}).get("boundObjectRef") if isinstance(body, dict) else None
+        spec = body.get("spec") if isinstance(body, dict) else None
+        bound = spec.get("boundObjectRef") if isinstance(spec, dict) else None
+        if bound is not None and not isinstance(bound, dict):
+            raise errors.bad_request("TokenRequest spec.boundObjectRef must be an object")
         if bound:
             kind = bound.get("kind")
             plural = {"Pod": "pods", "Secret": "secrets"}.get(kind or "")

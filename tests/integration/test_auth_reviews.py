@@ -34,6 +34,12 @@ def test_token_request_and_review(apiserver: str) -> None:
         too_short = c.post(f"/api/v1/namespaces/{ns}/serviceaccounts/bot/token",
                            json={"spec": {"expirationSeconds": 60}})
         assert too_short.status_code == 422
+        for garbage in ({"spec": "x"}, {"spec": {"boundObjectRef": 7}}, {"spec": {"audiences": [1]}}, [1]):
+            bad = c.post(f"/api/v1/namespaces/{ns}/serviceaccounts/bot/token", json=garbage)
+            assert bad.status_code == 400 and bad.json()["kind"] == "Status", bad.text
+        for path in ("authentication.k8s.io/v1/tokenreviews", "authorization.k8s.io/v1/subjectaccessreviews"):
+            bad = c.post(f"/apis/{path}", json={"spec": [1]})
+            assert bad.status_code == 400 and bad.json()["kind"] == "Status", bad.text
         missing = c.post(f"/api/v1/namespaces/{ns}/serviceaccounts/nobody/token", json={"spec": {}})
         assert missing.status_code == 404
         fresh = c.post(f"/api/v1/namespaces/{ns}/serviceaccounts/bot/token", json={}).json()["status"]["token"]
