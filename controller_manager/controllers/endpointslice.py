@@ -20,15 +20,13 @@ from controller_manager.controllers.endpointslice_reconciler import (
 )
 from controller_manager.controllers.endpointslice_util import (
     ENDPOINT_SLICES,
-    LABEL_MANAGED_BY,
-    LABEL_SERVICE_NAME,
     SERVICES,
     TRIGGER_TIME_ANNOTATION,
+    ManagedSlices,
     SliceTracker,
     TriggerTimeTracker,
     format_time,
     pod_service_keys,
-    service_key,
     service_selector,
     services_to_update,
 )
@@ -56,16 +54,9 @@ def new(ctx: ControllerContext) -> EndpointSliceController:
     return EndpointSliceController(ctx)
 
 
-def managed_service_key(slice_: Obj, controller_name: str) -> str | None:
-    """The Service key a slice belongs to when `controller_name` manages it."""
-    meta = slice_.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    if labels.get(LABEL_MANAGED_BY) != controller_name or not labels.get(LABEL_SERVICE_NAME):
-        return None
-    return service_key(meta.get("namespace") or "", labels[LABEL_SERVICE_NAME])
+class EndpointSliceController(ManagedSlices, QueueController):
+    controller_name = CONTROLLER_NAME
 
-
-class EndpointSliceController(QueueController):
     def __init__(self, ctx: ControllerContext) -> None:
         self.client = ctx.client
         self.services = ctx.informer(SERVICES)
@@ -110,28 +101,7 @@ class EndpointSliceController(QueueController):
         if zone(old) != zone(new):
             self._node_added(new)
 
-    def _slice_changed(self, slice_: Obj) -> None:
-        key = managed_service_key(slice_, CONTROLLER_NAME)
-        if key is not None and self.tracker.should_sync(slice_):
-            self.queue.add(key)
-
-    def _slice_updated(self, old: Obj, new: Obj) -> None:
-        previous = managed_service_key(old, CONTROLLER_NAME)
-        if previous is not None and previous != managed_service_key(new, CONTROLLER_NAME):
-            self.queue.add(previous)
-        self._slice_changed(new)
-
-    def _slice_deleted(self, slice_: Obj) -> None:
-        key = managed_service_key(slice_, CONTROLLER_NAME)
-        if key is not None and self.tracker.handle_deletion(slice_):
-            self.queue.add(key)
-
     # -- sync ----------------------------------------------------------------------------------------
-
-    def managed_slices(self, namespace: str, name: str) -> list[Obj]:
-        return [s for s in self.slices.store.by_label(LABEL_SERVICE_NAME, name)
-                if s["metadata"].get("namespace") == namespace
-                and (s["metadata"].get("labels") or {}).get(LABEL_MANAGED_BY) == CONTROLLER_NAME]
 
     async def sync(self, key: str) -> None:
         namespace, name = split_key(key)

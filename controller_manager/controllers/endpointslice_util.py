@@ -275,3 +275,43 @@ class SliceTracker:
 
     def forget_service(self, key: str) -> None:
         self._by_service.pop(key, None)
+
+
+def managed_service_key(slice_: dict[str, Any], controller_name: str) -> str | None:
+    """The Service key a slice belongs to when `controller_name` manages it."""
+    meta = slice_.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(LABEL_MANAGED_BY) != controller_name or not labels.get(LABEL_SERVICE_NAME):
+        return None
+    return service_key(meta.get("namespace") or "", labels[LABEL_SERVICE_NAME])
+
+
+class ManagedSlices:
+    """What the EndpointSlice and mirroring controllers share about the slices they manage: a change
+    to one requeues its Service (unless it is the controller's own write, per the tracker)."""
+
+    controller_name: str
+    tracker: SliceTracker
+    slices: Any
+    queue: Any
+
+    def _slice_changed(self, slice_: dict[str, Any]) -> None:
+        key = managed_service_key(slice_, self.controller_name)
+        if key is not None and self.tracker.should_sync(slice_):
+            self.queue.add(key)
+
+    def _slice_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        previous = managed_service_key(old, self.controller_name)
+        if previous is not None and previous != managed_service_key(new, self.controller_name):
+            self.queue.add(previous)
+        self._slice_changed(new)
+
+    def _slice_deleted(self, slice_: dict[str, Any]) -> None:
+        key = managed_service_key(slice_, self.controller_name)
+        if key is not None and self.tracker.handle_deletion(slice_):
+            self.queue.add(key)
+
+    def managed_slices(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        return [s for s in self.slices.store.by_label(LABEL_SERVICE_NAME, name)
+                if s["metadata"].get("namespace") == namespace
+                and (s["metadata"].get("labels") or {}).get(LABEL_MANAGED_BY) == self.controller_name]

@@ -13,7 +13,6 @@ from controller_manager.app import duration
 from controller_manager.base import QueueController, RequeueAfter
 from controller_manager.context import ControllerContext
 from controller_manager.controllers.endpoints import repack_subsets
-from controller_manager.controllers.endpointslice import managed_service_key
 from controller_manager.controllers.endpointslice_reconciler import (
     EndpointKey,
     Plan,
@@ -32,6 +31,7 @@ from controller_manager.controllers.endpointslice_util import (
     LABEL_SERVICE_NAME,
     SERVICES,
     TRIGGER_TIME_ANNOTATION,
+    ManagedSlices,
     SliceTracker,
 )
 from services.client import NotFound
@@ -191,7 +191,9 @@ def mirror_plan(endpoints: Obj, existing: list[Obj], max_per_subset: int = DEFAU
 # -- controller --------------------------------------------------------------------------------------
 
 
-class MirroringController(QueueController):
+class MirroringController(ManagedSlices, QueueController):
+    controller_name = CONTROLLER_NAME
+
     def __init__(self, ctx: ControllerContext) -> None:
         self.client = ctx.client
         self.services = ctx.informer(SERVICES)
@@ -215,30 +217,9 @@ class MirroringController(QueueController):
         else:
             self.enqueue(endpoints)
 
-    def _slice_changed(self, slice_: Obj) -> None:
-        key = managed_service_key(slice_, CONTROLLER_NAME)
-        if key is not None and self.tracker.should_sync(slice_):
-            self.queue.add(key)
-
-    def _slice_updated(self, old: Obj, new: Obj) -> None:
-        previous = managed_service_key(old, CONTROLLER_NAME)
-        if previous is not None and previous != managed_service_key(new, CONTROLLER_NAME):
-            self.queue.add(previous)
-        self._slice_changed(new)
-
-    def _slice_deleted(self, slice_: Obj) -> None:
-        key = managed_service_key(slice_, CONTROLLER_NAME)
-        if key is not None and self.tracker.handle_deletion(slice_):
-            self.queue.add(key)
-
-    def mirrored_slices(self, namespace: str, name: str) -> list[Obj]:
-        return [s for s in self.slices.store.by_label(LABEL_SERVICE_NAME, name)
-                if s["metadata"].get("namespace") == namespace
-                and (s["metadata"].get("labels") or {}).get(LABEL_MANAGED_BY) == CONTROLLER_NAME]
-
     async def _delete_mirrored(self, key: str, namespace: str, name: str) -> None:
         self.tracker.forget_service(key)
-        for slice_ in self.mirrored_slices(namespace, name):
+        for slice_ in self.managed_slices(namespace, name):
             try:
                 await self.client.delete(ENDPOINT_SLICES, slice_["metadata"]["name"], namespace)
             except NotFound:
@@ -252,7 +233,7 @@ class MirroringController(QueueController):
         if endpoints is None or not should_mirror(endpoints) or not selector_less:
             await self._delete_mirrored(key, namespace, name)
             return
-        slices = [s for s in self.mirrored_slices(namespace, name) if not s["metadata"].get("deletionTimestamp")]
+        slices = [s for s in self.managed_slices(namespace, name) if not s["metadata"].get("deletionTimestamp")]
         if self.tracker.stale(key, slices):
             raise RequeueAfter(STALE_CACHE_RETRY)
         plan, invalid, skipped = mirror_plan(endpoints, slices, self.max_per_subset)
