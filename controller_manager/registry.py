@@ -44,7 +44,7 @@ KNOWN_UNIMPLEMENTED = (
     "cloud-node-lifecycle", "persistentvolume-binder", "attachdetach", "persistentvolume-expander",
     "clusterrole-aggregation", "pvc-protection", "pv-protection", "horizontalpodautoscaling",
     "disruption", "csrsigning", "csrapproving", "csrcleaner", "tokencleaner", "bootstrapsigner",
-    "ephemeral-volume", "resourcequota", "serviceaccount-token",
+    "ephemeral-volume", "serviceaccount-token",
     "storage-version-gc", "resourceclaim", "legacy-serviceaccount-token-cleaner", "validatingadmissionpolicy-status",
     "service-cidr-controller", "storageversion-migrator", "taint-eviction-controller",
     "selinux-warning-controller",

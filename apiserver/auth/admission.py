@@ -1,14 +1,17 @@
-"""Mutating admission the apiserver runs on creates before defaulting and validation.
+"""The admission chain: mutating plugins run on creates before defaulting and validation,
+validating ones after validation, just before the object is stored.
 
 Only what every upstream cluster enables and what pyk8s's components rely on: the Priority
 plugin resolves `priorityClassName` into `spec.priority` and `preemptionPolicy`; the
-ServiceAccount plugin mounts the projected API credentials (`kube-api-access-*`) into pods.
+ServiceAccount plugin mounts the projected API credentials (`kube-api-access-*`) into pods; the
+ResourceQuota plugin (apiserver/auth/quota.py) charges creates to the namespace's quotas.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from apiserver.auth.quota import QuotaAdmission
 from services.api import errors
 from services.api.catalog import Resource
 from services.api.meta import generate_name
@@ -31,11 +34,16 @@ class Admission:
     def __init__(self, cache: Any, root: str) -> None:
         self.cache = cache
         self.root = root
+        self.quota = QuotaAdmission(cache, root)
 
     async def admit_create(self, res: Resource, obj: Obj) -> None:
         if res.group == "" and res.plural == "pods":
             self._priority(obj)
             self._service_account_token(obj)
+
+    async def validate_create(self, res: Resource, obj: Obj, dry_run: bool) -> None:
+        """The validating plugins, on the defaulted and valid object; they may refuse it or charge for it."""
+        await self.quota.validate(res, obj, dry_run)
 
     def _service_account_token(self, pod: Obj) -> None:
         """Mount a projected token, the cluster CA and the namespace where in-cluster clients look for them.

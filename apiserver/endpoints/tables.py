@@ -758,7 +758,7 @@ def _quota_cells(obj: dict[str, Any], now: float) -> Row:
         text = f"{name}: {_qty(used.get(name))}/{_qty(hard[name])}"
         pieces = name.split(".")
         (limits if len(pieces) > 1 and pieces[0] == "limits" else requests).append(text)
-    return [obj["metadata"].get("name", ""), ", ".join(requests), ", ".join(limits), _age(obj, now)]
+    return [obj["metadata"].get("name", ""), _age(obj, now), ", ".join(requests), ", ".join(limits)]
 
 
 def _priority_class_cells(obj: dict[str, Any], now: float) -> Row:
@@ -987,11 +987,11 @@ _PRINTERS: dict[tuple[str, str], tuple[list[Column], RowFn]] = {
     ], _controller_revision_cells),
     ("", "resourcequotas"): ([
         NAME,
+        AGE,
         _c("Request", "string",
            "Request represents a minimum amount of cpu/memory that a container may consume."),
         _c("Limit", "string", "Limits control the maximum amount of cpu/memory that a container may use "
                               "independent of contention on the node."),
-        AGE,
     ], _quota_cells),
     ("scheduling.k8s.io", "priorityclasses"): ([
         NAME,

@@ -401,6 +401,8 @@ class RESTStore:
         if causes:
             raise self._invalid(name, causes)
         await self._check_namespace(namespace, name)
+        if self.ctx.admission is not None:
+            await self.ctx.admission.validate_create(self.res, obj, opts.dry_run)
         return await self._store_new(obj, name, opts.dry_run)
 
     def _keys(self, allocated: dict[str, bytes]) -> dict[str, bytes]:

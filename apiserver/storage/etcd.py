@@ -316,7 +316,7 @@ class EtcdStore:
         success = [_put(key, value)] + [_put(k, v) for k, v in also.items()]
         success += [_del(k) for k in also_delete or ()]
         failure = [_read_op(key)] + [_read_op(k) for k in also]
-        resp, _ = await self._txn("update", compare, success, failure)
+        resp, sent = await self._txn("update", compare, success, failure)
         if resp.succeeded:
             return int(resp.header.revision)
         kvs = resp.responses[0].response_range.kvs
@@ -325,7 +325,9 @@ class EtcdStore:
             for k, r in zip(also, resp.responses[1:], strict=True):
                 if r.response_range.kvs:
                     raise KeyExists(k)
-        if current is not None and current.value == value:
+        # Only a resent write can have landed already; a first attempt that finds the same bytes lost
+        # to a writer that happened to write them too (two quota charges from the same usage).
+        if sent > 1 and current is not None and current.value == value:
             return current.mod_revision
         raise RevisionMismatch(current)
 

@@ -32,6 +32,7 @@ RCS = gvr("v1", "replicationcontrollers")
 RSS = gvr("apps/v1", "replicasets")
 DEPLOYMENTS = gvr("apps/v1", "deployments")
 LEASES = gvr("coordination.k8s.io/v1", "leases")
+QUOTAS = gvr("v1", "resourcequotas")
 
 
 @pytest.fixture(scope="module")
@@ -211,20 +212,25 @@ async def test_replicaset_min_ready_seconds_and_failure_condition(
     await eventually(lambda: _ready_but_unavailable(status), what="ready but not yet available")
     await eventually(lambda: _available(status, 2), within=20, what="available after minReadySeconds")
     quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q"}, "spec": {"hard": {"pods": "2"}}}
-    try:
-        await client.create(gvr("v1", "resourcequotas"), quota, unique_ns)
-    except Exception:
-        pytest.skip("no ResourceQuota support")
+    await client.create(QUOTAS, quota, unique_ns)
+
+    async def counted() -> bool:
+        return ((await client.get(QUOTAS, "q", unique_ns)).get("status") or {}).get("used") == {"pods": "2"}
+
+    # As upstream, a quota limits creates once the quota controller has filled in its status.
+    await eventually(counted, what="quota usage")
     await client.patch(RSS, "slow", {"spec": {"replicas": 3}}, unique_ns)
-    await asyncio.sleep(3)
-    if len(await pods_of(client, unique_ns, "slow")) == 3:
-        pytest.skip("the apiserver does not enforce ResourceQuota yet")
 
     async def failure() -> Any:
         conds = (await status()).get("conditions") or []
         return [c for c in conds if c["type"] == "ReplicaFailure" and c["reason"] == "FailedCreate"]
 
-    await eventually(failure, what="ReplicaFailure condition")
+    (cond,) = await eventually(failure, what="ReplicaFailure condition")
+    assert cond["status"] == "True"
+    assert "exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2" in cond["message"]
+    assert len(await pods_of(client, unique_ns, "slow")) == 2
+    st = await status()
+    assert (st["replicas"], st["availableReplicas"]) == (2, 2)
 
 
 async def _ready_but_unavailable(status: Callable[[], Awaitable[dict[str, Any]]]) -> bool:

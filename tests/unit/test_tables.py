@@ -524,7 +524,7 @@ def test_quota_pdb_hpa_podtemplate() -> None:
         "hard": {"requests.cpu": "2", "limits.memory": "2Gi", "pods": "10", "limits.cpu": "4"},
         "used": {"requests.cpu": "500m", "pods": "3", "limits.cpu": "1"}}}
     assert cells(res("", "resourcequotas"), quota) == [
-        "q", "pods: 3/10, requests.cpu: 500m/2", "limits.cpu: 1/4, limits.memory: 0/2Gi", "5m"]
+        "q", "5m", "pods: 3/10, requests.cpu: 500m/2", "limits.cpu: 1/4, limits.memory: 0/2Gi"]
     pdb = {"metadata": meta("pdb"), "spec": {"minAvailable": "50%"}, "status": {"disruptionsAllowed": 1}}
     assert cells(res("policy", "poddisruptionbudgets"), pdb) == ["pdb", "50%", "N/A", 1, "5m"]
     hpa2 = {"metadata": meta("web"), "spec": {
