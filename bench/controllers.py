@@ -14,8 +14,14 @@ Figures, one line each:
   - controller-manager RSS with those pods cached, then with --cached-pods pods in all (the rest are
     pods of a scheduler nobody runs, created by this script, so nothing else works on them).
 
+Each ReplicaSet figure also gives the CPU seconds per pod that every process spent while the pods
+were being created, since wall time on a shared machine says little.
+
 Run: python bench/controllers.py [--replicas 10000] [--deployment-replicas 1000] [--nodes 100]
-     [--cached-pods 50000]
+     [--cached-pods 50000] [--replicaset-cases scheduled,unscheduled]
+Only the unscheduled 3,000-replica case, quickly:
+     python bench/controllers.py --replicas 3000 --deployment-replicas 0 --cached-pods 0 --nodes 10 \
+         --replicaset-cases unscheduled
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 import tempfile
 import time
@@ -48,6 +55,41 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def component_pids(cluster: Cluster, cm: Proc) -> dict[str, int]:
+    """The processes whose CPU time a figure reports; the apiserver is the child running `-m apiserver`."""
+    pids = {"controller-manager": cm.pid, "scheduler": cluster.scheduler.pid, "kubelet": cluster.kubelet.pid}
+    pids.update({f"etcd-{m.name}": m.proc.pid for m in cluster.etcd if m.proc is not None})
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                if b"apiserver" in argv and (entry / "stat").read_text().rpartition(")")[2].split()[1] == \
+                        str(os.getpid()):
+                    pids["apiserver"] = int(entry.name)
+    return pids
+
+
+class CpuMeter:
+    """CPU seconds each component spends between start() and per_pod()."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.before: dict[str, float] = {}
+
+    def start(self) -> None:
+        self.before = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def per_pod(self, pods: int) -> str:
+        spent = {name: cpu_seconds(pid) - self.before[name] for name, pid in self.pids.items()}
+        return ", ".join(f"{name} {1000 * cpu / pods:.2f} ms" for name, cpu in spent.items())
+
+
 def workload(kind: str, name: str, replicas: int, image: str = "busybox:1.36") -> dict[str, Any]:
     labels = {"app": name}
     spec: dict[str, Any] = {
@@ -70,8 +112,10 @@ def is_ready(pod: dict[str, Any]) -> bool:
                for c in (pod.get("status") or {}).get("conditions") or [])
 
 
-async def bench_replicaset(client: Client, ns: str, replicas: int, scheduler: str | None = None) -> tuple[float, float]:
-    """(seconds until the last pod exists, seconds until every pod is Ready), both from the create.
+async def bench_replicaset(client: Client, ns: str, replicas: int, meter: CpuMeter,
+                           scheduler: str | None = None) -> tuple[float, float, str]:
+    """(seconds until the last pod exists, seconds until every pod is Ready, both from the create;
+    CPU time per pod of each process until the last pod exists).
 
     With `scheduler` naming one nobody runs, the pods stay unbound and only the creation is timed.
     """
@@ -98,6 +142,7 @@ async def bench_replicaset(client: Client, ns: str, replicas: int, scheduler: st
     body = workload("ReplicaSet", "big", replicas)
     if scheduler:
         body["spec"]["template"]["spec"]["schedulerName"] = scheduler
+    meter.start()
     start = time.monotonic()
     await client.create(RSS, body, ns)
     last = 0
@@ -108,13 +153,14 @@ async def bench_replicaset(client: Client, ns: str, replicas: int, scheduler: st
               f"{len(ready)} ready", flush=True)
         last = len(seen)
     created_after = time.monotonic() - start
+    cpu = meter.per_pod(replicas)
     while not scheduler and not all_ready.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(all_ready.wait(), 10)
         print(f"  ... {len(ready)} ready after {time.monotonic() - start:.0f} s", flush=True)
     ready_after = time.monotonic() - start
     await pods.stop()
-    return created_after, ready_after
+    return created_after, ready_after, cpu
 
 
 async def deployment_done(client: Client, ns: str, name: str, image: str) -> bool:
@@ -173,15 +219,23 @@ async def measure(args: argparse.Namespace, cluster: Cluster, cm: Proc) -> None:
             print(f"deployment of {args.deployment_replicas} replicas on {args.nodes} hollow nodes: "
                   f"first rollout {first:.1f} s, rolling update {update:.1f} s", flush=True)
         cached = args.deployment_replicas
-        if args.replicas:
-            created, ready = await bench_replicaset(client, "bench-rs", args.replicas)
+        meter = CpuMeter(component_pids(cluster, cm))
+        print("pids: " + ", ".join(f"{name} {pid}" for name, pid in meter.pids.items()), flush=True)
+        cases = set(args.replicaset_cases.split(","))
+        if args.replicas and "scheduled" in cases:
+            created, ready, cpu = await bench_replicaset(client, "bench-rs", args.replicas, meter)
             print(f"replicaset of {args.replicas} on {args.nodes} hollow nodes: all pods created in {created:.1f} s "
                   f"({args.replicas / created:.0f} pods/s), all Ready in {ready:.1f} s", flush=True)
+            print(f"  CPU per pod while creating: {cpu}", flush=True)
+            cached += args.replicas
             await asyncio.sleep(10)
-            created, _ = await bench_replicaset(client, "bench-rs-unscheduled", args.replicas, scheduler="nobody")
+        if args.replicas and "unscheduled" in cases:
+            created, _, cpu = await bench_replicaset(client, "bench-rs-unscheduled", args.replicas, meter,
+                                                     scheduler="nobody")
             print(f"replicaset of {args.replicas} whose pods nothing schedules or runs: all pods created in "
                   f"{created:.1f} s ({args.replicas / created:.0f} pods/s)", flush=True)
-            cached += 2 * args.replicas
+            print(f"  CPU per pod while creating: {cpu}", flush=True)
+            cached += args.replicas
         await asyncio.sleep(10)
         print(f"controller-manager RSS with {cached} pods cached: {rss_mib(cm.pid):.1f} MiB", flush=True)
         if args.cached_pods > cached:
@@ -211,4 +265,6 @@ if __name__ == "__main__":
     parser.add_argument("--deployment-replicas", type=int, default=1000)
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--cached-pods", type=int, default=50000)
+    parser.add_argument("--replicaset-cases", default="scheduled,unscheduled",
+                        help="which --replicas ReplicaSets to time: scheduled, unscheduled or both (comma-separated)")
     main(parser.parse_args())

@@ -49,12 +49,10 @@ def involved_object(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in ref.items() if v}
 
 
-def spam_key(event: dict[str, Any]) -> Key:
+def spam_key(component: str, host: str, ref: dict[str, Any]) -> Key:
     """Events about one object from one source share a budget, whatever their reason."""
-    ref = event["involvedObject"]
     return (
-        event["source"].get("component", ""), event["source"].get("host", ""),
-        ref.get("kind", ""), ref.get("namespace", ""), ref.get("name", ""), ref.get("uid", ""),
+        component, host, ref.get("kind", ""), ref.get("namespace", ""), ref.get("name", ""), ref.get("uid", ""),
         ref.get("apiVersion", ""),
     )
 
@@ -97,7 +95,12 @@ class EventRecorder:
         self.component = component
 
     def event(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        """Build and queue the event, unless the spam filter would drop it anyway (most of the events
+        of a large scale-up, which would otherwise cost a timestamp and a dict each)."""
         ref = involved_object(obj)
+        host = self.broadcaster.host
+        if not self.broadcaster.allow(spam_key(self.component, host, ref)):
+            return
         now = now_rfc3339()
         event = {
             "apiVersion": "v1",
@@ -109,7 +112,7 @@ class EventRecorder:
             "involvedObject": ref,
             "reason": reason,
             "message": message,
-            "source": {"component": self.component, "host": self.broadcaster.host},
+            "source": {"component": self.component, "host": host},
             "firstTimestamp": now,
             "lastTimestamp": now,
             "count": 1,
@@ -143,10 +146,15 @@ class EventBroadcaster:
     def recorder(self, component: str) -> EventRecorder:
         return EventRecorder(self, component)
 
+    def allow(self, key: Key) -> bool:
+        """The spam filter's verdict on one more event under `key`; a refusal counts as dropped."""
+        if self.spam.allow(key):
+            return True
+        self.dropped += 1
+        return False
+
     def submit(self, event: dict[str, Any]) -> None:
-        if not self.spam.allow(spam_key(event)):
-            self.dropped += 1
-            return
+        """Queue an event the spam filter has already let through."""
         try:
             self._queue.put_nowait(event)
         except asyncio.QueueFull:

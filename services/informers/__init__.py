@@ -1,6 +1,12 @@
 """Reflectors, caches, shared informers, work queues and leader election: the controller toolkit."""
 
-from services.informers.informer import HandlerRegistration, Informer, SharedInformerFactory
+from services.informers.informer import (
+    HandlerRegistration,
+    Informer,
+    SharedInformerFactory,
+    Transform,
+    strip_managed_fields,
+)
 from services.informers.leaderelection import LeaderElector, micro_time
 from services.informers.reflector import Reflector
 from services.informers.store import (
@@ -44,9 +50,11 @@ __all__ = [
     "SharedInformerFactory",
     "ShutDown",
     "Store",
+    "Transform",
     "WorkQueue",
     "default_controller_rate_limiter",
     "meta_namespace_key",
     "micro_time",
     "split_key",
+    "strip_managed_fields",
 ]

@@ -21,8 +21,23 @@ log = structlog.get_logger(__name__)
 AddHandler = Callable[[Obj], Any]
 UpdateHandler = Callable[[Obj, Obj], Any]
 DeleteHandler = Callable[[Obj], Any]
+#: rewrites an object as it arrives, before it is cached or handed to any handler (client-go's TransformFunc)
+Transform = Callable[[Obj], Obj]
 
 _SYNCED = "synced"
+
+
+def strip_managed_fields(obj: Obj) -> Obj:
+    """A transform that drops metadata.managedFields, often the largest part of a cached object.
+
+    Controllers never read them, and an update without them keeps the stored ones, so caches need not
+    hold them (client-go's TransformStripManagedFields, which kube-controller-manager uses). The object
+    is fresh from the decoder and owned by nobody else, so it is changed in place.
+    """
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
 
 
 class HandlerRegistration:
@@ -101,7 +116,8 @@ class HandlerRegistration:
 
 
 class Informer:
-    """Cache + reflector + handlers for one resource."""
+    """Cache + reflector + handlers for one resource; `transform`, if given, rewrites every object the
+    reflector delivers before the cache stores it and handlers see it."""
 
     def __init__(
         self,
@@ -115,9 +131,11 @@ class Informer:
         indexers: Mapping[str, IndexFunc] | None = None,
         page_size: int = 500,
         min_watch_timeout: float = 300.0,
+        transform: Transform | None = None,
     ) -> None:
         self.resource = resource
         self.resync_period = resync_period
+        self.transform = transform
         self.store = Store(indexers={**BUILTIN_INDEXERS, **(indexers or {})})
         self.reflector = Reflector(
             client, resource, self, namespace=namespace, label_selector=label_selector,
@@ -207,6 +225,8 @@ class Informer:
 
         A delete found this way hands handlers the last cached state, as the final one was never seen.
         """
+        if self.transform is not None:
+            items = [self.transform(o) for o in items]
         fresh = {self.store.key_func(o): o for o in items}
         for key in [k for k in self.store.list_keys() if k not in fresh]:
             old = self.store.delete_key(key)
@@ -222,25 +242,39 @@ class Informer:
             self._notify(_SYNCED, None, None)
 
     def on_add(self, obj: Obj) -> None:
+        if self.transform is not None:
+            obj = self.transform(obj)
         old = self.store.add(obj)
         self._notify("add", None, obj) if old is None else self._notify("update", old, obj)
 
     def on_update(self, obj: Obj) -> None:
+        if self.transform is not None:
+            obj = self.transform(obj)
         old = self.store.add(obj)
         self._notify("add", None, obj) if old is None else self._notify("update", old, obj)
 
     def on_delete(self, obj: Obj) -> None:
+        if self.transform is not None:
+            obj = self.transform(obj)
         self.store.delete(obj)
         self._notify("delete", obj, None)
 
 
 class SharedInformerFactory:
-    """Hands out one informer per resource (and namespace/selector), so a process watches each once."""
+    """Hands out one informer per resource (and namespace/selector), so a process watches each once;
+    `transform` applies to every informer it makes (client-go's WithTransform)."""
 
-    def __init__(self, client: Client, default_resync: float = 0.0, namespace: str | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        default_resync: float = 0.0,
+        namespace: str | None = None,
+        transform: Transform | None = None,
+    ) -> None:
         self.client = client
         self.default_resync = default_resync
         self.namespace = namespace
+        self.transform = transform
         self._informers: dict[tuple[Any, ...], Informer] = {}
 
     def informer_for(
@@ -261,7 +295,7 @@ class SharedInformerFactory:
                 self.client, resource, namespace=ns, label_selector=label_selector,
                 field_selector=field_selector,
                 resync_period=self.default_resync if resync_period is None else resync_period,
-                indexers=indexers,
+                indexers=indexers, transform=self.transform,
             )
             self._informers[key] = informer
         elif indexers:

@@ -152,8 +152,15 @@ class Store:
             raise KeyError(f"index {index_name} does not exist")
         return sorted(self._indices[index_name].get(value, ()))
 
-    def by_index(self, index_name: str, value: str) -> list[Obj]:
-        return [self._items[k] for k in self.index_keys(index_name, value)]
+    def by_index(self, index_name: str, value: str, *, ordered: bool = True) -> list[Obj]:
+        """Objects with `value` in the index, by key; `ordered=False` skips the sort, for callers that
+        scan thousands of objects and do not care about their order."""
+        if ordered:
+            return [self._items[k] for k in self.index_keys(index_name, value)]
+        if index_name not in self._indices:
+            raise KeyError(f"index {index_name} does not exist")
+        items = self._items
+        return [items[k] for k in self._indices[index_name].get(value, ())]
 
     def index_values(self, index_name: str) -> list[str]:
         """Every value that currently has objects in the index."""

@@ -16,8 +16,10 @@ from controller_manager.controllers.podgc import terminated_to_delete
 from controller_manager.controllers.replicaset import calculate_status
 from controller_manager.expectations import Expectations
 from controller_manager.podutil import (
+    MAX_IN_FLIGHT,
     BatchError,
     claim_decision,
+    index_orphans,
     is_available,
     pod_from_template,
     pods_to_delete,
@@ -114,6 +116,22 @@ async def test_slow_start_doubles_and_stops_at_first_failing_batch() -> None:
     assert calls == 7 and err.value.successes == 3 and len(err.value.errors) == 4
 
 
+async def test_slow_start_keeps_at_most_max_in_flight_calls_running() -> None:
+    running = peak = calls = 0
+
+    async def call() -> None:
+        nonlocal running, peak, calls
+        running += 1
+        calls += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.001)
+        running -= 1
+
+    # batches 1, 2, ..., 128, then the remaining 245: the last ones are wider than the cap
+    assert await slow_start_batch(500, 1, call) == 500
+    assert calls == 500 and peak == MAX_IN_FLIGHT
+
+
 def test_expectations() -> None:
     exp = Expectations()
     assert exp.satisfied("k")
@@ -150,6 +168,13 @@ def test_claim_decisions() -> None:
     deleting = {"metadata": {**owner["metadata"], "deletionTimestamp": "2024-01-01T00:00:00Z"}}
     assert claim_decision(orphan, deleting, True) == "ignore"
     assert claim_decision(ours, deleting, False) == "ignore"
+
+
+def test_orphans_are_indexed_by_namespace() -> None:
+    orphan = {"metadata": {"name": "a", "namespace": "ns", "ownerReferences": [{"uid": "o", "kind": "X"}]}}
+    owned = {"metadata": {"name": "b", "namespace": "ns", "ownerReferences": [{"uid": "o", "controller": True}]}}
+    assert index_orphans(orphan) == ["ns"]
+    assert index_orphans(owned) == []
 
 
 def test_pod_from_template_and_status() -> None:
