@@ -2,6 +2,7 @@
 one process holds (RSS and CPU in steady state, with heartbeats and pods).
 
     /tmp/venv/bin/python bench/kubelet.py [--pods 30] [--hollow-nodes 1000] [--pods-per-node 30] [--steady 60]
+        [--skip-real] [--skip-hollow] [--kubelet-arg=--max-parallel-pod-starts=N]
 """
 
 from __future__ import annotations
@@ -39,14 +40,21 @@ def pod(name: str, node: str) -> dict:
                                                         "command": ["sleep", "3600"]}]}}
 
 
+def is_ready(node: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or [])
+
+
 async def wait_nodes(client: Client, count: int, limit: float) -> None:
+    """Wait for `count` Ready nodes: a registered node still setting up its pod network is not one."""
     deadline = time.monotonic() + limit
+    ready = 0
     while time.monotonic() < deadline:
-        nodes = (await client.list(NODES)).get("items") or []
-        if len(nodes) >= count:
+        ready = sum(is_ready(n) for n in (await client.list(NODES)).get("items") or [])
+        if ready >= count:
             return
-        await asyncio.sleep(0.5)
-    raise RuntimeError(f"only {len(nodes)} of {count} nodes registered")
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"only {ready} of {count} nodes Ready")
 
 
 async def create_and_watch(client: Client, ns: str, bodies: list[dict], concurrency: int = 32) -> list[float]:
@@ -91,7 +99,7 @@ def proc_usage(pid: int) -> tuple[float, int]:
     return cpu, rss
 
 
-async def real_node(client: Client, kubeconfig: Path, base: Path, pods: int) -> dict:
+async def real_node(client: Client, kubeconfig: Path, base: Path, pods: int, kubelet_args: list[str]) -> dict:
     from tests.e2e.containerd_fixture import start_containerd, stop_containerd
 
     c = await asyncio.to_thread(start_containerd, base / "ctrd", f"pyk8s-bkl-{os.getpid()}")
@@ -100,7 +108,8 @@ async def real_node(client: Client, kubeconfig: Path, base: Path, pods: int) -> 
         subprocess.Popen,
         [sys.executable, "-m", "kubelet_agent", "--kubeconfig", str(kubeconfig), "--hostname-override", "bench-real",
          "--container-runtime-endpoint", c.endpoint, "--cni-conf-dir", str(c.cni_conf_dir), "--node-netns",
-         c.netns_path, "--node-ip", c.node_ip, "--root-dir", str(base / "kubelet"), "--healthz-port", "0"],
+         c.netns_path, "--node-ip", c.node_ip, "--root-dir", str(base / "kubelet"), "--healthz-port", "0",
+         *kubelet_args],
         cwd=REPO, stdout=log, stderr=log)
     try:
         await wait_nodes(client, 1, 60)
@@ -151,6 +160,8 @@ async def main() -> None:
     ap.add_argument("--steady", type=float, default=60.0)
     ap.add_argument("--skip-real", action="store_true")
     ap.add_argument("--skip-hollow", action="store_true")
+    ap.add_argument("--kubelet-arg", action="append", default=[],
+                    help="extra flag for the real node's kubelet, e.g. --kubelet-arg=--max-parallel-pod-starts=4")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="pyk8s-bench-kubelet-"))
     members = await asyncio.to_thread(start_etcd_cluster, 1, base / "etcd")
@@ -164,7 +175,7 @@ async def main() -> None:
     results: dict = {}
     try:
         if not args.skip_real and os.geteuid() == 0:
-            results["real_node_startup"] = await real_node(client, kubeconfig, base, args.pods)
+            results["real_node_startup"] = await real_node(client, kubeconfig, base, args.pods, args.kubelet_arg)
             print(json.dumps({"real_node_startup": results["real_node_startup"]}), flush=True)
         if not args.skip_hollow:
             results["hollow"] = await hollow(client, kubeconfig, base, args.hollow_nodes, args.pods_per_node,

@@ -29,7 +29,8 @@ class ClientIdentity:
 
 
 ADMIN = ClientIdentity("admin", "kubernetes-admin", ("system:masters",))
-CLIENTS = (ADMIN,)
+KUBELET_CLIENT = ClientIdentity("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",))
+CLIENTS = (ADMIN, KUBELET_CLIENT)
 
 
 def apiserver_hosts(extra: Sequence[str] = (), service_cidr: str = SERVICE_CIDR) -> list[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from deploy import nodes
-from deploy.bootstrap import CLUSTER_CIDR, SERVICE_CIDR
+from deploy.bootstrap import CLUSTER_CIDR, KUBELET_CLIENT, SERVICE_CIDR
 from deploy.nodes import NodeNet
 from deploy.state import DEFAULT_PORT, Settings, State, free_port, port_in_use
 
@@ -92,6 +92,7 @@ def _python(module: str) -> list[str]:
 
 def _apiserver_argv(state: State) -> list[str]:
     cert, key = state.pki.apiserver
+    kubelet_cert, kubelet_key = state.pki.client(KUBELET_CLIENT)
     return [
         *_python("apiserver"),
         f"--etcd-servers={','.join(state.etcd_servers)}",
@@ -101,6 +102,8 @@ def _apiserver_argv(state: State) -> list[str]:
         f"--tls-private-key-file={key}",
         f"--client-ca-file={state.pki.ca[0]}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
+        f"--kubelet-client-certificate={kubelet_cert}",
+        f"--kubelet-client-key={kubelet_key}",
     ]
 
 
@@ -239,7 +242,9 @@ def node_specs(node: NodeNet) -> tuple[ProcessSpec, ...]:
                 f"--cluster-dns={nodes.CLUSTER_DNS_IP}", f"--cni-conf-dir={node.cni_conf_dir}",
                 f"--root-dir={node.kubelet_dir}", f"--node-netns={node.netns_path}",
                 f"--non-masquerade-cidr={CLUSTER_CIDR}",
-                f"--healthz-port={health_port(state, kubelet)}", "--healthz-bind-address=127.0.0.1"]
+                f"--healthz-port={health_port(state, kubelet)}", "--healthz-bind-address=127.0.0.1",
+                f"--client-ca-file={state.pki.ca[0]}", "--anonymous-auth=false",
+                "--authentication-token-webhook=true", "--authorization-mode=Webhook"]
 
     def proxy_argv(state: State) -> list[str]:
         return [*_python("proxy_agent"), f"--kubeconfig={state.kubeconfig}", f"--hostname-override={node.name}",

@@ -13,6 +13,7 @@ from kubelet_agent.hollow import HollowNodes
 from kubelet_agent.kubelet import Kubelet, KubeletOptions
 from kubelet_agent.node import HostInfo, NodeConfig
 from kubelet_agent.pods.netns import Dialer
+from kubelet_agent.server.auth import AccessWebhook, KubeletAuth, TokenWebhook
 from kubelet_agent.server.server import KubeletServer
 from services.client import Client
 from services.runtime import HealthServer, client_config, run, setup_logging
@@ -24,7 +25,9 @@ def options(s: Settings) -> KubeletOptions:
     return KubeletOptions(root_dir=s.root_dir, cluster_dns=s.cluster_dns, cluster_domain=s.cluster_domain,
                           pod_manifest_path=s.pod_manifest_path, cni_conf_dir=s.cni_conf_dir,
                           node_netns=s.node_netns, resolv_conf=s.resolv_conf, hollow=s.hollow,
-                          non_masquerade_cidr=s.non_masquerade_cidr)
+                          non_masquerade_cidr=s.non_masquerade_cidr,
+                          max_parallel_pod_starts=s.max_parallel_pod_starts, eviction_hard=s.eviction_hard,
+                          eviction_pressure_transition=s.eviction_pressure_transition, housekeeping=s.housekeeping)
 
 
 def node_config(s: Settings) -> NodeConfig:
@@ -43,10 +46,15 @@ async def start_api(s: Settings, kubelet: Kubelet) -> KubeletServer:
     With --node-netns and no specific --address, the node's addresses live in that namespace, so the
     socket is bound there on the node IP; a specific --address is bound in the kubelet's own namespace.
     """
+    auth = KubeletAuth(
+        anonymous=s.anonymous_auth,
+        tokens=TokenWebhook(kubelet.client, s.token_webhook_ttl) if s.token_webhook else None,
+        access=AccessWebhook(kubelet.client, kubelet.name, s.authorized_ttl, s.unauthorized_ttl)
+        if s.authorization_mode == "Webhook" else None)
     api = KubeletServer(kubelet, address=s.address, port=s.port,
                         runtime_endpoint=None if s.hollow else s.endpoint, node_netns=s.node_netns or None,
                         cert_file=s.tls_cert_file or None, key_file=s.tls_key_file or None, cert_dir=s.cert_dir,
-                        client_ca_file=s.client_ca_file or None, hosts=s.node_ips)
+                        client_ca_file=s.client_ca_file or None, hosts=s.node_ips, auth=auth)
     sock = None
     if s.node_netns and s.address in UNSPECIFIED:
         dialer = Dialer(s.node_netns)

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from kubelet_agent.eviction import parse_eviction_flag, parse_thresholds
 from kubelet_agent.node import parse_taint
 from services.api.quantity import format_quantity, parse_quantity
 from services.runtime import base_parser
@@ -26,6 +27,16 @@ def parse_duration(text: str | int | float) -> float:
     for value, unit in re.findall(r"([\d.]+)(ms|s|m|h)", text):
         total += float(value) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
     return total
+
+
+def parse_bool(text: str) -> bool:
+    """Go's boolean flag values: --flag, --flag=true, --flag=false (also 1/0, t/f)."""
+    value = text.strip().lower()
+    if value in ("1", "t", "true"):
+        return True
+    if value in ("0", "f", "false"):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean value {text!r}")
 
 
 def parse_map(text: str) -> dict[str, str]:
@@ -68,6 +79,17 @@ class Settings:
     cert_dir: str = ""
     client_ca_file: str = ""
     non_masquerade_cidr: str = "10.0.0.0/8"
+    max_parallel_pod_starts: int = 0
+    eviction_hard: dict[str, str] | None = None
+    eviction_pressure_transition: float = 300.0
+    housekeeping: float = 10.0
+    # The kubelet API's authentication and authorization, with KubeletConfiguration v1beta1's defaults.
+    anonymous_auth: bool = False
+    token_webhook: bool = True
+    token_webhook_ttl: float = 120.0
+    authorization_mode: str = "Webhook"
+    authorized_ttl: float = 300.0
+    unauthorized_ttl: float = 30.0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -97,9 +119,28 @@ def parser() -> argparse.ArgumentParser:
                    help="address of the kubelet API; the default 0.0.0.0 with --node-netns means the node IP "
                         "inside that namespace")
     p.add_argument("--cert-dir", default=None, help="where a self-signed serving cert is kept (<root-dir>/pki)")
-    p.add_argument("--client-ca-file", default=None, help="clients must present a certificate this CA signed")
+    p.add_argument("--client-ca-file", default=None,
+                   help="client certificates this CA signed authenticate to the kubelet API")
+    p.add_argument("--anonymous-auth", type=parse_bool, nargs="?", const=True, default=None,
+                   help="serve requests no other method authenticates as system:anonymous (default false)")
+    p.add_argument("--authentication-token-webhook", type=parse_bool, nargs="?", const=True, default=None,
+                   help="check bearer tokens with a TokenReview against the apiserver (default true)")
+    p.add_argument("--authentication-token-webhook-cache-ttl", default=None, help="e.g. 2m0s")
+    p.add_argument("--authorization-mode", choices=("Webhook", "AlwaysAllow"), default=None,
+                   help="Webhook: a SubjectAccessReview decides each request (default)")
+    p.add_argument("--authorization-webhook-cache-authorized-ttl", default=None, help="e.g. 5m0s")
+    p.add_argument("--authorization-webhook-cache-unauthorized-ttl", default=None, help="e.g. 30s")
     p.add_argument("--non-masquerade-cidr", default=None,
                    help="pod traffic to addresses outside this range is masqueraded (the cluster's addresses)")
+    p.add_argument("--eviction-hard", default=None,
+                   help="hard eviction thresholds, e.g. memory.available<100Mi,nodefs.available<10%%")
+    p.add_argument("--eviction-pressure-transition-period", default=None,
+                   help="how long a pressure condition stays after its threshold clears (default 5m0s)")
+    p.add_argument("--housekeeping-interval", default=None,
+                   help="how often node pressure and emptyDir limits are checked (default 10s)")
+    p.add_argument("--max-parallel-pod-starts", type=int, default=None,
+                   help="sandbox creations and container starts in flight at once, oldest pod first "
+                        "(default: four per CPU)")
     p.add_argument("--hollow", action="store_true", help="simulate containers in memory")
     p.add_argument("--hollow-nodes", type=int, default=0, help="run N hollow kubelets named <name>-<i>")
     return p
@@ -135,10 +176,22 @@ def settings(args: argparse.Namespace) -> Settings:
         s.status_update = parse_duration(doc.get("nodeStatusUpdateFrequency", "10s"))
         s.status_report = parse_duration(doc.get("nodeStatusReportFrequency", "5m"))
         s.port = int(doc.get("port", s.port))
+        if doc.get("evictionHard") is not None:
+            s.eviction_hard = {str(k): str(v) for k, v in doc["evictionHard"].items()}
+        s.eviction_pressure_transition = parse_duration(doc.get("evictionPressureTransitionPeriod", "5m"))
         s.address = doc.get("address", s.address)
         s.tls_cert_file = doc.get("tlsCertFile", "")
         s.tls_key_file = doc.get("tlsPrivateKeyFile", "")
-        s.client_ca_file = ((doc.get("authentication") or {}).get("x509") or {}).get("clientCAFile", "")
+        authn, authz = doc.get("authentication") or {}, doc.get("authorization") or {}
+        s.client_ca_file = (authn.get("x509") or {}).get("clientCAFile", "")
+        s.anonymous_auth = bool((authn.get("anonymous") or {}).get("enabled", s.anonymous_auth))
+        webhook = authn.get("webhook") or {}
+        s.token_webhook = bool(webhook.get("enabled", s.token_webhook))
+        s.token_webhook_ttl = parse_duration(webhook.get("cacheTTL", s.token_webhook_ttl))
+        s.authorization_mode = authz.get("mode", s.authorization_mode)
+        webhook = authz.get("webhook") or {}
+        s.authorized_ttl = parse_duration(webhook.get("cacheAuthorizedTTL", s.authorized_ttl))
+        s.unauthorized_ttl = parse_duration(webhook.get("cacheUnauthorizedTTL", s.unauthorized_ttl))
     s.hostname = (args.hostname_override or socket.gethostname()).lower()
     if args.node_ip:
         s.node_ips = [ip.strip() for ip in args.node_ip.split(",") if ip.strip()]
@@ -159,10 +212,26 @@ def settings(args: argparse.Namespace) -> Settings:
                        ("node_netns", "node_netns"), ("port", "port"), ("address", "address"),
                        ("tls_cert_file", "tls_cert_file"), ("tls_key_file", "tls_private_key_file"),
                        ("cert_dir", "cert_dir"), ("client_ca_file", "client_ca_file"),
-                       ("non_masquerade_cidr", "non_masquerade_cidr")):
+                       ("non_masquerade_cidr", "non_masquerade_cidr"),
+                       ("max_parallel_pod_starts", "max_parallel_pod_starts"), ("anonymous_auth", "anonymous_auth"),
+                       ("token_webhook", "authentication_token_webhook"),
+                       ("authorization_mode", "authorization_mode")):
         value = getattr(args, flag)
         if value is not None:
             setattr(s, attr, value)
+    for attr, flag in (("token_webhook_ttl", "authentication_token_webhook_cache_ttl"),
+                       ("authorized_ttl", "authorization_webhook_cache_authorized_ttl"),
+                       ("unauthorized_ttl", "authorization_webhook_cache_unauthorized_ttl")):
+        if getattr(args, flag) is not None:
+            setattr(s, attr, parse_duration(getattr(args, flag)))
+    if args.eviction_hard is not None:
+        s.eviction_hard = parse_eviction_flag(args.eviction_hard)
+    if args.eviction_pressure_transition_period is not None:
+        s.eviction_pressure_transition = parse_duration(args.eviction_pressure_transition_period)
+    if args.housekeeping_interval is not None:
+        s.housekeeping = parse_duration(args.housekeeping_interval)
+    if s.eviction_hard is not None:
+        parse_thresholds(s.eviction_hard)
     if args.cluster_dns:
         s.cluster_dns = [ip.strip() for ip in args.cluster_dns.split(",") if ip.strip()]
     s.hollow = bool(args.hollow or args.hollow_nodes)

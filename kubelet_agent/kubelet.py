@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,12 +12,14 @@ import structlog
 
 from kubelet_agent import cni
 from kubelet_agent.cri.types import Runtime
+from kubelet_agent.eviction import DEFAULT_EVICTION_HARD, EvictionManager, empty_dir_violations, parse_thresholds
 from kubelet_agent.node import NODES, NodeAgent, NodeConfig
 from kubelet_agent.pods.events import EventRecorder
+from kubelet_agent.pods.gate import StartGate
 from kubelet_agent.pods.netns import Dialer
 from kubelet_agent.pods.resolver import Resolver
 from kubelet_agent.pods.status import PODS, StatusManager
-from kubelet_agent.pods.volumes import VolumeManager
+from kubelet_agent.pods.volumes import PLUGIN_DIRS, VolumeManager
 from kubelet_agent.pods.worker import NodeContext, PodWorker
 from kubelet_agent.static import is_mirror, mirror_of, read_manifests_async
 from services.client import AlreadyExists, ApiError, Client, Conflict, Forbidden, NotFound, gvr
@@ -24,6 +27,8 @@ from services.informers import Informer
 
 log = structlog.get_logger(__name__)
 NAMESPACES = gvr("v1", "namespaces", namespaced=False)
+NETWORK_NOT_READY = ("container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
+                     "message:Network plugin returns error: cni plugin not initialized")
 
 
 @dataclass
@@ -41,6 +46,9 @@ class KubeletOptions:
     ca_file: str | None = None
     non_masquerade_cidr: str = cni.DEFAULT_NON_MASQUERADE_CIDR
     pod_cidr_wait: float = 3.0
+    max_parallel_pod_starts: int = 0
+    eviction_hard: dict[str, str] | None = None
+    eviction_pressure_transition: float = 300.0
 
 
 def read_resolv_conf(path: str) -> tuple[list[str], list[str], list[str]]:
@@ -83,6 +91,7 @@ class Kubelet:
         self.pod_cidr = ""
         self.node_informer: Informer | None = None
         self._cidr_seen = asyncio.Event()
+        self.eviction: EvictionManager | None = None
 
     @property
     def name(self) -> str:
@@ -93,6 +102,16 @@ class Kubelet:
         await self.runtime.start()
         rt_name, rt_version = await self.runtime.version()
         self.node_config.runtime_version = f"{rt_name}://{rt_version}"
+        if self.manages_cni:
+            self.agent.runtime_errors = [NETWORK_NOT_READY]
+        if not self.runtime.simulated:
+            hard = DEFAULT_EVICTION_HARD if self.options.eviction_hard is None else self.options.eviction_hard
+            self.eviction = EvictionManager(parse_thresholds(hard), self.options.root_dir,
+                                            transition=self.options.eviction_pressure_transition,
+                                            image_fs=getattr(self.runtime, "image_fs_path", None),
+                                            on_change=self._post_node_status)
+            self.agent.pressure = self.eviction.pressure
+            await self.eviction.synchronize()
         node = await self.agent.register()
         await self._start_network(node)
         simulated = self.runtime.simulated
@@ -107,7 +126,7 @@ class Kubelet:
             events=None if simulated else EventRecorder(self.client, self.name),
             dialer=Dialer(self.options.node_netns or None), cluster_dns=list(self.options.cluster_dns),
             cluster_domain=self.options.cluster_domain, host_dns=read_resolv_conf(self.options.resolv_conf),
-            resync=None if simulated else 10.0,
+            resync=None if simulated else 10.0, gate=None if simulated else StartGate(self._start_parallelism()),
         )
         self.runtime.set_listener(self._on_runtime_event)
         if self._own_status:
@@ -125,7 +144,23 @@ class Kubelet:
             self._tasks.append(asyncio.create_task(self._static_loop()))
         if not simulated:
             self._tasks.append(asyncio.create_task(self._housekeeping()))
+            self._tasks.append(asyncio.create_task(self._eviction_loop()))
+        if self.agent.runtime_errors:
+            self.agent.runtime_errors = []
+            await self._post_node_status()
         self.ready.set()
+
+    async def _post_node_status(self) -> None:
+        if not self.agent.registered.is_set():
+            return
+        try:
+            await self.agent.update_status()
+        except Exception as exc:  # noqa: BLE001 - the heartbeat posts it again soon
+            log.warning("node status update failed", node=self.name, error=repr(exc))
+
+    def _start_parallelism(self) -> int:
+        """Runtime start operations in flight at once: by default four per CPU, enough to cover I/O waits."""
+        return self.options.max_parallel_pod_starts or 4 * (os.cpu_count() or 1)
 
     async def _ensure_lease_namespace(self) -> None:
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-node-lease"}}
@@ -321,6 +356,36 @@ class Kubelet:
         if worker is not None:
             self.status.forget(worker.uid)
             worker.update(worker.pod, created.get("status") or {})
+
+    # -- eviction ----------------------------------------------------------------------------------
+
+    async def _eviction_loop(self) -> None:
+        """Node pressure and emptyDir limits, every housekeeping interval (upstream's monitoring period)."""
+        while True:
+            await asyncio.sleep(self.options.housekeeping)
+            try:
+                if self.eviction is not None:
+                    await self.eviction.synchronize()
+                await self.check_empty_dirs()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("eviction check failed")
+
+    async def check_empty_dirs(self) -> None:
+        """Evict each running pod whose emptyDir holds more than its sizeLimit."""
+        if self.ctx is None or self.ctx.volumes is None:
+            return
+        for worker in list(self.workers.values()):
+            if worker.terminal or worker.evicted is not None or not any(
+                    (v.get("emptyDir") or {}).get("sizeLimit") for v in worker.spec.get("volumes") or []):
+                continue
+            volume_dir = self.ctx.volumes.pod_dir(worker.uid) / "volumes" / PLUGIN_DIRS["emptyDir"]
+            message = await asyncio.to_thread(empty_dir_violations, worker.pod, volume_dir)
+            if message is not None:
+                log.info("evicting pod", pod=f"{worker.meta.get('namespace')}/{worker.meta.get('name')}",
+                         message=message)
+                worker.evict(message)
 
     # -- housekeeping ------------------------------------------------------------------------------
 

@@ -121,6 +121,7 @@ class NodeAgent:
         self._last_report = 0.0
         self._last_conditions: list[tuple[str, str]] = []
         self.registered = asyncio.Event()
+        self.runtime_errors: list[str] = []
 
     @property
     def capacity(self) -> dict[str, str]:
@@ -156,7 +157,10 @@ class NodeAgent:
             else:
                 message = text.format("insufficient" if bad else "sufficient")
             out.append(self._cond(previous, ctype, status, bad_reason if bad else good_reason, message, now))
-        out.append(self._cond(previous, "Ready", "True", "KubeletReady", "kubelet is posting ready status", now))
+        if self.runtime_errors:
+            out.append(self._cond(previous, "Ready", "False", "KubeletNotReady", ", ".join(self.runtime_errors), now))
+        else:
+            out.append(self._cond(previous, "Ready", "True", "KubeletReady", "kubelet is posting ready status", now))
         return out
 
     @staticmethod

@@ -4,8 +4,10 @@ The apiserver validates the request against the pod (container names, options), 
 the kubelet API at the node's address: log bodies stream through as they arrive; WebSocket upgrades
 (exec/attach `v5.channel.k8s.io`/v4, port-forward `SPDY/3.1+portforward.k8s.io`) are accepted with
 the subprotocol the kubelet chose and their messages relayed both ways untouched. The server must
-run uvicorn with `ws="wsproto"`: the `websockets` implementation refuses the port-forward subprotocol. These are
-ASGI-level functions so the caller can hand over `http` and `websocket` scopes alike.
+run uvicorn with `ws="wsproto"`: the `websockets` implementation refuses the port-forward subprotocol.
+SPDY/3.1 upgrades (kubectl with WebSockets off, older clients) are passed to the kubelet and, once it
+answers 101, the two connections are spliced byte for byte, as upstream's upgrade-aware proxy does.
+These are ASGI-level functions so the caller can hand over `http` and `websocket` scopes alike.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from services.api import errors
 log = structlog.get_logger(__name__)
 
 Scope = dict[str, Any]
+SPDY = b"spdy/3.1"
+STREAM_PROTOCOL = b"x-stream-protocol-version"
+HIGH_WATER = 1 << 20
 LOG_PARAMS = ("follow", "previous", "timestamps", "sinceSeconds", "sinceTime", "tailLines", "limitBytes")
 
 
@@ -171,7 +176,7 @@ def _status_from_kubelet(code: int, body: bytes) -> errors.StatusError:
         if isinstance(status, dict) and status.get("kind") == "Status":
             return errors.StatusError.from_status(status, code)
     text = body.decode(errors="replace").strip() or f"kubelet answered {code}"
-    reason = {400: "BadRequest", 404: "NotFound", 403: "Forbidden"}.get(code, "InternalError")
+    reason = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound"}.get(code, "InternalError")
     return errors.StatusError(code if code >= 400 else 500, reason, text)
 
 
@@ -199,9 +204,9 @@ async def proxy_pod_subresource(scope: Scope, receive: Any, send: Any, pod: dict
         return
     if scope["type"] == "websocket":
         await _relay_websocket(scope, receive, send, base.replace("https://", "wss://", 1) + path, config)
+    elif is_spdy_upgrade(scope):
+        await _relay_spdy(scope, receive, send, base + path, config)
     else:
-        # A SPDY upgrade (kubectl's fallback) cannot pass through ASGI; the kubelet answers it as plain
-        # HTTP, with the container's state if that is why the WebSocket attempt failed.
         await _forward_http(scope, receive, send, base + path, config)
 
 
@@ -217,6 +222,8 @@ async def proxy_node(scope: Scope, receive: Any, send: Any, node: dict[str, Any]
     target = base + "/" + path.lstrip("/") + (f"?{qs}" if qs else "")
     if scope["type"] == "websocket":
         await _relay_websocket(scope, receive, send, target.replace("https://", "wss://", 1), config)
+    elif is_spdy_upgrade(scope):
+        await _relay_spdy(scope, receive, send, target, config)
     else:
         await _forward_http(scope, receive, send, target, config, raw=True)
 
@@ -413,3 +420,137 @@ async def _kubelet_to_client(upstream: KubeletSocket, send: Any) -> None:
     code = upstream.close_code
     with contextlib.suppress(Exception):
         await send({"type": "websocket.close", "code": 1000 if code in (1005, 1006) else code})
+
+
+# -- SPDY upgrades -------------------------------------------------------------------------------------
+
+
+def is_spdy_upgrade(scope: Scope) -> bool:
+    """`Connection: Upgrade` with `Upgrade: SPDY/3.1`, which uvicorn leaves to the application as plain HTTP."""
+    headers = scope.get("headers") or []
+    connection = [t.strip().lower() for k, v in headers if k.lower() == b"connection" for t in v.split(b",")]
+    upgrade = next((v.strip().lower() for k, v in headers if k.lower() == b"upgrade"), b"")
+    return scope["type"] == "http" and b"upgrade" in connection and upgrade == SPDY
+
+
+def _connection_of(receive: Any) -> asyncio.Transport | None:
+    """The client's connection under an ASGI request, when the server is uvicorn (its receive is bound to
+    the request cycle, which holds the transport); None elsewhere."""
+    transport = getattr(getattr(receive, "__self__", None), "transport", None)
+    return transport if transport is not None and hasattr(transport, "set_protocol") else None
+
+
+async def _relay_spdy(scope: Scope, receive: Any, send: Any, url: str, config: KubeletClientConfig) -> None:
+    transport = _connection_of(receive)
+    if transport is None:
+        await _send_status(scope, send, errors.bad_request("this server cannot hand over connections for SPDY "
+                                                           "upgrades; use WebSockets"))
+        return
+    parts = urllib.parse.urlsplit(url)
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    offers = b"".join(b"X-Stream-Protocol-Version: " + v + b"\r\n" for k, v in scope.get("headers") or []
+                      if k.lower() == STREAM_PROTOCOL)
+    request = (f"{scope.get('method', 'POST')} {target} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+               "Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\n").encode() + offers + b"Content-Length: 0\r\n\r\n"
+    try:
+        async with asyncio.timeout(config.timeout):
+            reader, writer = await asyncio.open_connection(parts.hostname, parts.port or 443, ssl=config.ssl_context(),
+                                                           server_hostname=parts.hostname, limit=HIGH_WATER)
+            writer.write(request)
+            await writer.drain()
+            head = await reader.readuntil(b"\r\n\r\n")
+    except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+        await _send_status(scope, send, errors.internal(f"error dialing the kubelet: {exc}"))
+        return
+    status = head.split(b"\r\n", 1)[0].split(b" ", 2)
+    code = int(status[1]) if len(status) > 1 and status[1].isdigit() else 502
+    if code != 101:
+        body = b""
+        with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            async with asyncio.timeout(config.timeout):
+                body = await reader.read(HIGH_WATER)
+        writer.close()
+        await _send_status(scope, send, _status_from_kubelet(code, body))
+        return
+    await _splice(transport, head, reader, writer)
+
+
+class _Spliced(asyncio.Protocol):
+    """The client's connection after the upgrade: what it sends goes to the kubelet as it comes.
+
+    When the connection ends, the HTTP protocol it was taken from hears of it too, so the server's
+    own bookkeeping (open connections, the request cycle) closes as for any request.
+    """
+
+    def __init__(self, transport: asyncio.Transport, upstream: asyncio.StreamWriter,
+                 previous: asyncio.BaseProtocol) -> None:
+        self.transport = transport
+        self.upstream = upstream
+        self.previous = previous
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self._draining: asyncio.Task[None] | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self.upstream.write(data)
+        if self._draining is None and self.upstream.transport.get_write_buffer_size() > HIGH_WATER:
+            self.transport.pause_reading()
+            self._draining = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        with contextlib.suppress(OSError, ConnectionError):
+            await self.upstream.drain()
+        self._draining = None
+        if not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.writable.set()
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.previous.connection_lost(exc)
+
+    def stop(self) -> None:
+        if self._draining is not None:
+            self._draining.cancel()
+
+
+async def _splice(transport: asyncio.Transport, head: bytes, reader: asyncio.StreamReader,
+                  writer: asyncio.StreamWriter) -> None:
+    """Take the client's connection over from the HTTP server, answer with the kubelet's 101 and copy bytes
+    both ways until either side closes."""
+    spliced = _Spliced(transport, writer, transport.get_protocol())
+    transport.set_protocol(spliced)
+    transport.write(head)
+    transport.resume_reading()
+
+    async def to_client() -> None:
+        with contextlib.suppress(OSError, ConnectionError, ssl.SSLError):
+            while data := await reader.read(65536):
+                await spliced.writable.wait()
+                if transport.is_closing():
+                    return
+                transport.write(data)
+
+    down = asyncio.create_task(to_client())
+    try:
+        await asyncio.wait({down, spliced.closed}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        down.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await down
+        spliced.stop()
+        writer.close()
+        transport.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(spliced.closed), 5)

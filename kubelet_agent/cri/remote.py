@@ -217,6 +217,14 @@ class RemoteRuntime:
             return None
         return ImageInfo(img.id, list(img.repo_tags), list(img.repo_digests), img.size)
 
+    async def image_fs_path(self) -> str | None:
+        """Where the runtime keeps image layers (imagefs for eviction signals)."""
+        resp = await self._call(self.img.ImageFsInfo, pb.ImageFsInfoRequest())
+        for fs in resp.image_filesystems:  # type: ignore[attr-defined]
+            if fs.fs_id.mountpoint:
+                return str(fs.fs_id.mountpoint)
+        return None
+
     async def pull_image(self, image: str) -> str:
         resp = await self._call(self.img.PullImage, pb.PullImageRequest(image=pb.ImageSpec(image=image)))
         return resp.image_ref  # type: ignore[attr-defined]

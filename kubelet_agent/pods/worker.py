@@ -38,12 +38,14 @@ from kubelet_agent.cri.types import (
 from kubelet_agent.pods.backoff import RESET_AFTER_RUNNING, Backoff
 from kubelet_agent.pods.env import EnvError, build_env, expand
 from kubelet_agent.pods.events import EventRecorder
+from kubelet_agent.pods.gate import StartGate
 from kubelet_agent.pods.netns import Dialer
 from kubelet_agent.pods.probes import ProbeManager, run_handler
 from kubelet_agent.pods.resolver import Resolver
 from kubelet_agent.pods.status import PODS, StatusManager, build_status, instances_by_name
 from kubelet_agent.pods.util import cpu_quota, cpu_shares, normalize_image, quantity
 from kubelet_agent.pods.volumes import MountedVolume, VolumeError, VolumeManager
+from services.api.meta import now_rfc3339
 from services.client import ApiError, Client, NotFound
 
 log = structlog.get_logger(__name__)
@@ -74,6 +76,7 @@ class NodeContext:
     image_backoff: Backoff = field(default_factory=Backoff)
     pull_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     pull_failures: dict[str, float] = field(default_factory=dict)
+    gate: StartGate | None = None
 
 
 def container_hash(spec: dict[str, Any]) -> str:
@@ -99,6 +102,8 @@ class PodWorker:
         self._sandbox_spec: SandboxSpec | None = None
         self.probes = ProbeManager(ctx.runtime, ctx.dialer, self.wake, self._on_probe_failure, self._on_probe_event)
         self.done = asyncio.Event()
+        self.ticket = ctx.gate.ticket() if ctx.gate is not None else 0
+        self.evicted: str | None = None
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -114,17 +119,36 @@ class PodWorker:
         self._task = asyncio.create_task(self._run(), name=f"pod-{self.uid}")
 
     def update(self, pod: dict[str, Any], api_status: dict[str, Any] | None = None) -> None:
+        """A newer pod object, or (for static pods) the mirror's status.
+
+        An informer update that changed only the status (most often our own write coming back) needs
+        no sync, as upstream's pod config only reconciles those; readiness gates are the exception,
+        since the Ready condition follows them.
+        """
+        spec_changed = api_status is not None or _differs(self.pod, pod) or bool(
+            (pod.get("spec") or {}).get("readinessGates"))
         self.pod = pod
         self.api_status = dict(api_status if api_status is not None else pod.get("status") or {})
-        self.wake()
+        if spec_changed:
+            self.wake()
 
     def remove(self) -> None:
         """The pod object is gone from the API: stop everything now."""
         self.gone = True
         self.wake()
 
+    def evict(self, message: str) -> None:
+        """Fail the pod now (hard eviction: no grace period), with reason Evicted and `message`."""
+        if self.evicted is None and not self.terminal:
+            self.evicted = message
+            self.wake()
+
     def wake(self) -> None:
         self._wake.set()
+
+    def _gated(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """A slot of the node's start gate for runtime work that starts something."""
+        return self.ctx.gate.slot(self.ticket) if self.ctx.gate is not None else contextlib.nullcontext()
 
     def _after(self, seconds: float) -> None:
         at = time.monotonic() + max(0.0, seconds)
@@ -190,6 +214,9 @@ class PodWorker:
         sandboxes = sorted(await rt.list_sandboxes(self.uid), key=lambda s: s.attempt, reverse=True)
         containers = await rt.list_containers(self.uid)
         sandbox = sandboxes[0] if sandboxes else None
+        if self.evicted is not None and not self.terminal:
+            await self._evict(sandbox, containers)
+            return False
         if self.terminal:
             if sandbox is not None and sandbox.ready:
                 await self._kill_all(containers, 0, "pod finished")
@@ -222,6 +249,18 @@ class PodWorker:
             self.wake()
         return False
 
+    async def _evict(self, sandbox: SandboxInfo | None, containers: list[ContainerInfo]) -> None:
+        rt = self.ctx.runtime
+        self._event("Warning", "Evicted", self.evicted or "")
+        await self.probes.stop()
+        await self._kill_all(containers, 0, "evicted")
+        if sandbox is not None and sandbox.ready:
+            with contextlib.suppress(RuntimeError_):
+                await rt.stop_sandbox(sandbox.id)
+            sandbox.ready = False
+        self.terminal = True
+        self._publish(sandbox, await rt.list_containers(self.uid), terminal=True)
+
     def _latest(self, containers: list[ContainerInfo]) -> dict[str, ContainerInfo]:
         return {name: items[0] for name, items in instances_by_name(containers).items()}
 
@@ -240,6 +279,15 @@ class PodWorker:
             started=self.probes.started, host_ips=self.ctx.host_ips, runtime_name=self.ctx.runtime.name,
             old=self.ctx.status.sent(self.uid) or self.api_status, terminal=terminal,
         )
+        if self.evicted is not None:
+            status["phase"], status["reason"], status["message"] = "Failed", "Evicted", self.evicted
+            before = self.ctx.status.sent(self.uid) or self.api_status
+            old = {c.get("type"): c for c in before.get("conditions") or []}
+            target = old.get("DisruptionTarget") or {"type": "DisruptionTarget", "status": "True",
+                                                      "lastProbeTime": None, "lastTransitionTime": now_rfc3339(),
+                                                      "reason": "TerminationByKubelet", "message": self.evicted}
+            status["conditions"] = [c for c in status["conditions"] if c.get("type") != "DisruptionTarget"]
+            status["conditions"].insert(0, target)
         if status["phase"] in ("Succeeded", "Failed"):
             self.terminal = True
         ns, name = self.status_target or (self.meta.get("namespace", ""), self.meta.get("name", ""))
@@ -310,7 +358,8 @@ class PodWorker:
     async def _create_sandbox(self, attempt: int) -> SandboxInfo | None:
         spec = self.sandbox_spec(attempt)
         try:
-            sid = await self.ctx.runtime.run_sandbox(spec)
+            async with self._gated():
+                sid = await self.ctx.runtime.run_sandbox(spec)
         except RuntimeError_ as exc:
             message = f"Failed to create pod sandbox: {exc}"
             self._event("Warning", "FailedCreatePodSandBox", message)
@@ -529,25 +578,26 @@ class PodWorker:
         if cspec is None:
             return
         sandbox_spec = self._sandbox_spec or self.sandbox_spec(sandbox.attempt)
-        try:
-            cid = await rt.create_container(sandbox.id, cspec, sandbox_spec)
-        except RuntimeError_ as exc:
-            self.waiting[name] = ("CreateContainerError", str(exc))
-            self._event("Warning", "Failed", f"Error: {exc}", name)
-            self.backoff.next(name)
-            self._after(self.backoff.current(name))
-            return
-        self._event("Normal", "Created", f"Created container {name}", name)
-        try:
-            await rt.start_container(cid)
-        except RuntimeError_ as exc:
-            self.waiting[name] = ("RunContainerError", str(exc))
-            self._event("Warning", "Failed", f"Error: {exc}", name)
-            with contextlib.suppress(RuntimeError_):
-                await rt.remove_container(cid)
-            self.backoff.next(name)
-            self._after(self.backoff.current(name))
-            return
+        async with self._gated():
+            try:
+                cid = await rt.create_container(sandbox.id, cspec, sandbox_spec)
+            except RuntimeError_ as exc:
+                self.waiting[name] = ("CreateContainerError", str(exc))
+                self._event("Warning", "Failed", f"Error: {exc}", name)
+                self.backoff.next(name)
+                self._after(self.backoff.current(name))
+                return
+            self._event("Normal", "Created", f"Created container {name}", name)
+            try:
+                await rt.start_container(cid)
+            except RuntimeError_ as exc:
+                self.waiting[name] = ("RunContainerError", str(exc))
+                self._event("Warning", "Failed", f"Error: {exc}", name)
+                with contextlib.suppress(RuntimeError_):
+                    await rt.remove_container(cid)
+                self.backoff.next(name)
+                self._after(self.backoff.current(name))
+                return
         self.waiting.pop(name, None)
         self._event("Normal", "Started", f"Started container {name}", name)
         if previous is not None:
@@ -659,6 +709,15 @@ class PodWorker:
             except ApiError as exc:
                 log.warning("deleting pod failed", pod=f"{ns}/{name}", error=str(exc))
         self.ctx.status.forget(self.uid)
+
+
+def _differs(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether two versions of a pod differ in what the kubelet acts on (upstream's podsDifferSemantically)."""
+    if old.get("spec") != new.get("spec"):
+        return True
+    a, b = old.get("metadata") or {}, new.get("metadata") or {}
+    return any(a.get(k) != b.get(k) for k in ("labels", "annotations", "deletionTimestamp",
+                                               "deletionGracePeriodSeconds"))
 
 
 def _duration(seconds: int) -> str:

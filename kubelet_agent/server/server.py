@@ -1,8 +1,9 @@
 """The kubelet's HTTPS API on --port (10250): logs, exec, attach, port-forward, stats, pods, health, metrics.
 
 A small HTTP/1.1 server on asyncio streams rather than an ASGI stack, because exec and port-forward
-take over the socket after the upgrade. One request per connection (`Connection: close`), which is
-all the apiserver's proxy needs.
+take over the socket after the upgrade (WebSocket or SPDY/3.1). One request per connection
+(`Connection: close`), which is all the apiserver's proxy needs. Every path but /healthz goes
+through the authentication and authorization filter of auth.py first.
 """
 
 from __future__ import annotations
@@ -23,14 +24,22 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kubelet_agent.pods.netns import Dialer
 from kubelet_agent.server import stats
+from kubelet_agent.server.auth import AuthError, KubeletAuth
 from kubelet_agent.server.cri_streaming import Container, CRIError, CRIStreaming
 from kubelet_agent.server.logs import LogOptions, parse_timestamp, read_logs
 from kubelet_agent.server.streaming import (
+    PORTFORWARD_PROTOCOLS,
+    PROTOCOL_HEADER,
+    SPDY,
     PortForwardTunnel,
+    SocketChannel,
     StreamError,
     dial_runtime,
+    is_spdy,
+    proxy_spdy,
     relay_remote_command,
     serve_channel_port_forward,
+    stream_protocols,
 )
 from kubelet_agent.server.ws import EXEC_PROTOCOLS, PORTFORWARD_CHANNELS, PORTFORWARD_TUNNEL, WebSocket, is_websocket
 from services.runtime.pki import CertKey, create_ca, issue_serving_cert
@@ -38,8 +47,9 @@ from services.runtime.pki import CertKey, create_ca, issue_serving_cert
 log = structlog.get_logger(__name__)
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
            405: "Method Not Allowed", 500: "Internal Server Error", 501: "Not Implemented"}
-STATUS_REASONS = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed", 500: "InternalError",
-                  501: "NotImplemented"}
+STATUS_REASONS = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
+                  500: "InternalError", 501: "NotImplemented"}
+OPEN_PATHS = ("/healthz", "/healthz/ping")
 
 
 class KubeletLike(Protocol):
@@ -52,9 +62,10 @@ class KubeletLike(Protocol):
 
 
 class HTTPError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: list[tuple[str, str]] | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.headers = headers or []
 
 
 def status_body(status: int, message: str) -> bytes:
@@ -104,8 +115,11 @@ class KubeletServer:
     def __init__(self, kubelet: KubeletLike, *, address: str = "0.0.0.0", port: int = 10250,  # noqa: S104
                  runtime_endpoint: str | None = None, node_netns: str | None = None,
                  cert_file: str | None = None, key_file: str | None = None, cert_dir: str | None = None,
-                 client_ca_file: str | None = None, hosts: list[str] | None = None) -> None:
+                 client_ca_file: str | None = None, hosts: list[str] | None = None,
+                 auth: KubeletAuth | None = None) -> None:
+        """`auth` None serves everyone (embedding, tests); the kubelet command always passes one."""
         self.kubelet = kubelet
+        self.auth = auth
         self.address = address
         self.port = port
         self.cri = CRIStreaming(runtime_endpoint) if runtime_endpoint else None
@@ -128,8 +142,9 @@ class KubeletServer:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(cert, key)
         if self.client_ca_file:
+            # Optional: clients without a certificate may still present a bearer token.
             ctx.load_verify_locations(self.client_ca_file)
-            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.verify_mode = ssl.CERT_OPTIONAL
         return ctx
 
     async def start(self, tls: bool = True, sock: socket.socket | None = None) -> None:
@@ -165,9 +180,14 @@ class KubeletServer:
             length = int(request.header("content-length") or 0)
             if length:
                 await reader.readexactly(length)
+            if self.auth is not None and request.path not in OPEN_PATHS:
+                await self.auth.check(method, request.path, headers, writer.get_extra_info("peercert"))
             await self._dispatch(request, reader, writer)
+        except AuthError as exc:
+            await self._respond(writer, exc.status, str(exc).encode(), "text/plain; charset=utf-8")
         except HTTPError as exc:
-            await self._respond(writer, exc.status, status_body(exc.status, str(exc)), "application/json")
+            await self._respond(writer, exc.status, status_body(exc.status, str(exc)), "application/json",
+                                exc.headers)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError, ssl.SSLError):
             pass
         except Exception as exc:  # noqa: BLE001 - every failure still answers
@@ -179,9 +199,11 @@ class KubeletServer:
                 writer.close()
 
     @staticmethod
-    async def _respond(writer: asyncio.StreamWriter, status: int, body: bytes, content_type: str) -> None:
+    async def _respond(writer: asyncio.StreamWriter, status: int, body: bytes, content_type: str,
+                       headers: list[tuple[str, str]] | None = None) -> None:
+        extra = "".join(f"{k}: {v}\r\n" for k, v in headers or [])
         head = (f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+                f"{extra}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
         writer.write(head.encode() + body)
         await writer.drain()
 
@@ -296,15 +318,18 @@ class KubeletServer:
         if not (stdin or stdout or stderr):
             raise HTTPError(400, "you must specify at least 1 of stdin, stdout, stderr")
         container = await self._container(namespace, pod, name, running=True)
-        if not is_websocket(request.headers):
-            raise HTTPError(400, "Upgrade request required: exec and attach are served over WebSocket "
-                            f"({', '.join(EXEC_PROTOCOLS)}), not SPDY")
+        spdy_upgrade = is_spdy(request.headers)
+        if not spdy_upgrade and not is_websocket(request.headers):
+            raise HTTPError(400, "Upgrade request required")
         cri = self._runtime()
         try:
             if verb == "exec":
                 url = await cri.exec_url(container.id, command, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr)
             else:
                 url = await cri.attach_url(container.id, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr)
+            if spdy_upgrade:
+                await proxy_spdy(url, request.headers, reader, writer, self._connect)
+                return
             session = await dial_runtime(url, self._connect)
         except (CRIError, StreamError, OSError, asyncio.IncompleteReadError) as exc:
             raise HTTPError(500, f"unable to start {verb} in container {name}: {exc}") from exc
@@ -326,9 +351,10 @@ class KubeletServer:
             pid = await self._runtime().sandbox_pid(pod["metadata"]["uid"])
         except CRIError as exc:
             raise HTTPError(500, f"unable to port-forward to pod {pod_name}: {exc}") from exc
-        if not is_websocket(request.headers):
-            raise HTTPError(400, f"Upgrade request required: port-forward is served over WebSocket "
-                            f"({PORTFORWARD_TUNNEL}), not SPDY")
+        spdy_upgrade = is_spdy(request.headers)
+        if not spdy_upgrade and not is_websocket(request.headers):
+            raise HTTPError(400, "Upgrade request required")
+        protocol = self._negotiate_spdy(request, PORTFORWARD_PROTOCOLS) if spdy_upgrade else ""
         try:
             ports = [int(p) for p in request.query.get("port", [])]
         except ValueError as exc:
@@ -339,6 +365,12 @@ class KubeletServer:
             return await dialer.connect(host, port, 10.0)
 
         try:
+            if spdy_upgrade:
+                writer.write((f"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: {SPDY}\r\n"
+                              f"{PROTOCOL_HEADER}: {protocol}\r\n\r\n").encode())
+                await writer.drain()
+                await PortForwardTunnel(SocketChannel(reader, writer), connect, f"{namespace}/{pod_name}").serve()
+                return
             ws = await WebSocket.accept(reader, writer, request.head, [PORTFORWARD_TUNNEL, *PORTFORWARD_CHANNELS])
             if ws is None:
                 return
@@ -351,3 +383,15 @@ class KubeletServer:
         finally:
             dialer.close()
 
+    @staticmethod
+    def _negotiate_spdy(request: Request, supported: list[str]) -> str:
+        """The first protocol the client offers that we serve, as upstream's httpstream handshake picks."""
+        offered = stream_protocols(request.headers)
+        if not offered:
+            raise HTTPError(400, f"unable to upgrade: {PROTOCOL_HEADER} is required")
+        chosen = next((p for p in offered if p in supported), "")
+        if not chosen:
+            raise HTTPError(403, f"unable to upgrade: unable to negotiate protocol: client supports "
+                            f"[{' '.join(offered)}], server accepts [{' '.join(supported)}]",
+                            [("X-Accepted-Stream-Protocol-Versions", p) for p in supported])
+        return chosen

@@ -1,9 +1,12 @@
-"""exec, attach and port-forward: kubectl's WebSocket side relayed to the runtime.
+"""exec, attach and port-forward: kubectl's WebSocket or SPDY side relayed to the runtime.
 
-exec/attach: the client speaks `v5.channel.k8s.io` (or v4) over WebSocket; the kubelet asks CRI for a
+exec/attach over WebSocket: the client speaks `v5.channel.k8s.io` (or v4); the kubelet asks CRI for a
 streaming URL and speaks SPDY (`v4.channel.k8s.io`) to containerd's streaming server there, the
-way upstream's apiserver translates WebSocket to SPDY. port-forward: kubectl tunnels SPDY inside the
-WebSocket; each (error, data) stream pair becomes a TCP connection opened inside the pod's network
+way upstream's apiserver translates WebSocket to SPDY. exec/attach over SPDY (kubectl with
+WebSockets off, older clients): the upgrade is passed to the runtime's streaming server, which
+negotiates the protocol, and the two connections are spliced, as upstream's kubelet proxies it.
+port-forward: kubectl speaks SPDY, tunnelled inside a WebSocket or on the upgraded connection
+itself; each (error, data) stream pair becomes a TCP connection opened inside the pod's network
 namespace, as containerd's own port-forward does.
 """
 
@@ -14,6 +17,7 @@ import contextlib
 import struct
 import urllib.parse
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import orjson
 
@@ -22,6 +26,9 @@ from kubelet_agent.server.ws import CLOSE, ERROR, RESIZE, STDERR, STDIN, STDOUT,
 
 Connect = Callable[[str, int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
 SUCCESS = b'{"metadata":{},"status":"Success"}'
+SPDY = "SPDY/3.1"
+PROTOCOL_HEADER = "X-Stream-Protocol-Version"
+PORTFORWARD_PROTOCOLS = ["portforward.k8s.io"]
 
 
 class StreamError(Exception):
@@ -37,21 +44,49 @@ def failure_status(message: str) -> bytes:
                          "code": 500})
 
 
-async def dial_runtime(url: str, connect: Connect) -> spdy.Session:
-    """Upgrade to SPDY at the runtime's streaming URL and return the running client session."""
+def is_spdy(headers: list[tuple[str, str]]) -> bool:
+    """An HTTP/1.1 upgrade to SPDY/3.1, which kubectl uses when WebSockets are off or unsupported."""
+    connection = [t.strip().lower() for k, v in headers if k.lower() == "connection" for t in v.split(",")]
+    upgrade = next((v.strip() for k, v in headers if k.lower() == "upgrade"), "")
+    return "upgrade" in connection and upgrade.lower() == SPDY.lower()
+
+
+def stream_protocols(headers: list[tuple[str, str]]) -> list[str]:
+    """The client's X-Stream-Protocol-Version offers, in its order of preference."""
+    return [p.strip() for k, v in headers if k.lower() == PROTOCOL_HEADER.lower() for p in v.split(",") if p.strip()]
+
+
+async def _runtime_upgrade(url: str, protocols: list[str], connect: Connect) -> tuple[
+        asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+    """Ask the runtime's streaming server at `url` for a SPDY upgrade; its answer's head comes back as is."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme != "http":
         raise StreamError(f"unsupported streaming URL scheme {parts.scheme!r}")
     reader, writer = await connect(parts.hostname or "127.0.0.1", parts.port or 80)
-    path = parts.path + (f"?{parts.query}" if parts.query else "")
-    request = (f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
-               "X-Stream-Protocol-Version: v4.channel.k8s.io\r\nContent-Length: 0\r\n\r\n")
-    writer.write(request.encode())
-    await writer.drain()
-    head = await reader.readuntil(b"\r\n\r\n")
-    status_line = head.split(b"\r\n", 1)[0].decode(errors="replace")
-    if " 101 " not in status_line + " ":
+    try:
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        offers = "".join(f"{PROTOCOL_HEADER}: {p}\r\n" for p in protocols)
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: Upgrade\r\nUpgrade: {SPDY}\r\n"
+                     f"{offers}Content-Length: 0\r\n\r\n".encode())
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+    except BaseException:
         writer.close()
+        raise
+    return reader, writer, head
+
+
+def _status_code(head: bytes) -> int:
+    parts = head.split(b"\r\n", 1)[0].split(b" ", 2)
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
+
+async def dial_runtime(url: str, connect: Connect) -> spdy.Session:
+    """Upgrade to SPDY at the runtime's streaming URL and return the running client session."""
+    reader, writer, head = await _runtime_upgrade(url, ["v4.channel.k8s.io"], connect)
+    if _status_code(head) != 101:
+        writer.close()
+        status_line = head.split(b"\r\n", 1)[0].decode(errors="replace")
         raise StreamError(f"runtime streaming server answered {status_line!r}")
 
     async def read() -> bytes:
@@ -64,6 +99,82 @@ async def dial_runtime(url: str, connect: Connect) -> spdy.Session:
     session = spdy.Session(read, write, client=True, on_close=writer.close)
     session.start()
     return session
+
+
+async def proxy_spdy(url: str, headers: list[tuple[str, str]], reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter, connect: Connect) -> None:
+    """Hand the client's SPDY upgrade to the runtime's streaming server and splice the two connections.
+
+    The runtime negotiates the protocol and serves the streams (its error stream carries the exit
+    code); its answer, 101 or a refusal, goes back to the client unchanged.
+    """
+    up_reader, up_writer, head = await _runtime_upgrade(url, stream_protocols(headers), connect)
+    try:
+        writer.write(head)
+        if _status_code(head) == 101:
+            await splice(reader, writer, up_reader, up_writer)
+            return
+        length = next((int(v) for k, _, v in (line.partition(b":") for line in head.split(b"\r\n")[1:])
+                       if k.strip().lower() == b"content-length" and v.strip().isdigit()), 0)
+        with contextlib.suppress(asyncio.IncompleteReadError, TimeoutError):
+            async with asyncio.timeout(10):
+                writer.write(await up_reader.readexactly(min(length, 1 << 20)))
+        await writer.drain()
+    finally:
+        up_writer.close()
+
+
+async def splice(a_reader: asyncio.StreamReader, a_writer: asyncio.StreamWriter, b_reader: asyncio.StreamReader,
+                 b_writer: asyncio.StreamWriter) -> None:
+    """Copy bytes both ways until either side closes; then both connections are closed."""
+
+    async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+
+    tasks = {asyncio.create_task(pump(a_reader, b_writer)), asyncio.create_task(pump(b_reader, a_writer))}
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        a_writer.close()
+        b_writer.close()
+
+
+class Channel(Protocol):
+    """What the port-forward tunnel reads SPDY frames from: a WebSocket, or the upgraded socket itself."""
+
+    async def recv(self) -> bytes | None: ...
+
+    async def send(self, data: bytes) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class SocketChannel:
+    """The connection after a SPDY upgrade, as a Channel."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    async def recv(self) -> bytes | None:
+        try:
+            return await self.reader.read(65536) or None
+        except (ConnectionError, OSError):
+            return None
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def close(self) -> None:
+        self.writer.close()
 
 
 async def relay_remote_command(ws: WebSocket, session: spdy.Session, *, stdin: bool, stdout: bool, stderr: bool,
@@ -117,9 +228,9 @@ async def relay_remote_command(ws: WebSocket, session: spdy.Session, *, stdin: b
 
 
 class PortForwardTunnel:
-    """Serves kubectl's SPDY-over-WebSocket port-forward for one pod."""
+    """Serves kubectl's SPDY port-forward for one pod, tunnelled in a WebSocket or on the upgraded socket."""
 
-    def __init__(self, ws: WebSocket, connect: Connect, pod: str) -> None:
+    def __init__(self, ws: Channel, connect: Connect, pod: str) -> None:
         self.ws = ws
         self.connect = connect
         self.pod = pod

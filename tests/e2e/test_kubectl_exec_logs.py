@@ -31,7 +31,9 @@ def node(kubeconfig: Path, containerd: Containerd, kubectl: Kubectl) -> Iterator
         [sys.executable, "-m", "kubelet_agent", "--kubeconfig", str(kubeconfig), "--hostname-override", NODE,
          "--container-runtime-endpoint", containerd.endpoint, "--cni-conf-dir", str(containerd.cni_conf_dir),
          "--node-netns", containerd.netns_path, "--node-ip", "127.0.0.1", "--root-dir", str(base / "kubelet"),
-         "--address", "127.0.0.1", "--port", str(port), "--healthz-port", "0", "--log-format", "console"],
+         "--address", "127.0.0.1", "--port", str(port), "--healthz-port", "0", "--log-format", "console",
+         # The session's apiserver dials kubelets without a client certificate.
+         "--anonymous-auth"],
         cwd=REPO, stdout=log, stderr=log)
     def registered() -> bool:
         if proc.poll() is not None:

@@ -24,7 +24,8 @@ class KubeletProcess:
                      "--hostname-override", NODE, "--container-runtime-endpoint", c.endpoint,
                      "--cni-conf-dir", str(c.cni_conf_dir), "--node-netns", c.netns_path, "--node-ip", c.node_ip,
                      "--root-dir", str(base / "kubelet"), "--pod-manifest-path", str(base / "manifests"),
-                     "--cluster-dns", "10.96.0.10", "--healthz-port", "0", "--log-format", "console"]
+                     "--cluster-dns", "10.96.0.10", "--healthz-port", "0", "--log-format", "console",
+                     "--housekeeping-interval", "2s"]
         (base / "manifests").mkdir(parents=True, exist_ok=True)
         self.base = base
         self.log = base / "kubelet.log"
@@ -178,3 +179,37 @@ def test_restart_adopts_running_containers(kubelet: KubeletProcess, kubectl: Kub
     b, a = before["containerStatuses"][0], after["containerStatuses"][0]
     assert a["containerID"] == b["containerID"] and a["restartCount"] == 0
     assert a["state"]["running"]["startedAt"] == b["state"]["running"]["startedAt"]
+
+
+def test_node_ready_with_pressure_conditions(kubelet: KubeletProcess, kubectl: Kubectl) -> None:
+    node = wait(lambda: (n := kubectl.json("get", "node", NODE)) and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"]) and n)
+    conds = {c["type"]: c for c in node["status"]["conditions"]}
+    assert conds["Ready"]["reason"] == "KubeletReady"
+    assert (conds["MemoryPressure"]["status"], conds["MemoryPressure"]["reason"]) == (
+        "False", "KubeletHasSufficientMemory")
+    assert conds["MemoryPressure"]["message"] == "kubelet has sufficient memory available"
+    assert (conds["PIDPressure"]["status"], conds["PIDPressure"]["reason"]) == ("False", "KubeletHasSufficientPID")
+    disk = conds["DiskPressure"]
+    assert (disk["status"], disk["reason"]) in (("False", "KubeletHasNoDiskPressure"),
+                                                ("True", "KubeletHasDiskPressure"))
+
+
+def test_empty_dir_over_size_limit_is_evicted(kubelet: KubeletProcess, kubectl: Kubectl, unique_ns: str) -> None:
+    apply(kubectl, unique_ns, {"metadata": {"name": "fill"}, "spec": {
+        "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}],
+        "containers": [{"name": "c", "image": "busybox", "volumeMounts": [{"name": "scratch", "mountPath": "/s"}],
+                        "command": ["sh", "-c", "sleep 1; dd if=/dev/zero of=/s/f bs=1024 count=3072; sleep 3600"]}]}})
+    apply(kubectl, unique_ns, {"metadata": {"name": "within"}, "spec": {
+        "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "4Mi"}}],
+        "containers": [{"name": "c", "image": "busybox", "volumeMounts": [{"name": "scratch", "mountPath": "/s"}],
+                        "command": ["sh", "-c", "dd if=/dev/zero of=/s/f bs=1024 count=1024; sleep 3600"]}]}})
+    s = wait(lambda: (st := status(kubectl, unique_ns, "fill")).get("phase") == "Failed" and st, timeout=60)
+    assert s["reason"] == "Evicted"
+    assert s["message"] == 'Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". '
+    target = next(c for c in s["conditions"] if c["type"] == "DisruptionTarget")
+    assert (target["status"], target["reason"]) == ("True", "TerminationByKubelet")
+    assert "terminated" in s["containerStatuses"][0]["state"]
+    time.sleep(3)
+    assert status(kubectl, unique_ns, "within")["phase"] == "Running"
+    assert status(kubectl, unique_ns, "fill")["phase"] == "Failed"
