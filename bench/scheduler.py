@@ -186,7 +186,7 @@ async def make_namespace(client: Client, name: str) -> None:
 
 
 async def run_size(url: str, api_pid: int, work: Path, nodes: int, pods: int, clients: int, variant: str, zones: int,
-                   sched_args: list[str], profile: bool, alone_only: bool = False) -> None:
+                   sched_args: list[str], profile: bool, alone_only: bool = False, etcd_pid: int = 0) -> None:
     client = Client(url)
     try:
         t = await post_all(url, "/api/v1/nodes", [node_body(i, zones) for i in range(nodes)], clients)
@@ -202,6 +202,8 @@ async def run_size(url: str, api_pid: int, work: Path, nodes: int, pods: int, cl
         watch = BindingWatch(client, ns, pods)
         wt = asyncio.create_task(watch.run())
         await watch.ready.wait()
+        others = {name: pid for name, pid in (("apiserver", api_pid), ("etcd", etcd_pid)) if pid}
+        others_before = {name: cpu_seconds(pid) for name, pid in others.items()}
         started = time.perf_counter()
         proc = start_scheduler(url, work / f"sched-{nodes}.log", sched_args,
                                work / f"sched-{nodes}-{pods}.prof" if profile else None)
@@ -213,12 +215,14 @@ async def run_size(url: str, api_pid: int, work: Path, nodes: int, pods: int, cl
             peak = max(peak, rss_mib(proc.pid))
         wt.cancel()
         cpu_alone = cpu_seconds(proc.pid)
+        others_used = {name: cpu_seconds(pid) - others_before[name] for name, pid in others.items()}
         span = watch.last - watch.first
         print(f"[{nodes}n/{pods}p {variant}] ALONE: {pods} bindings in {span:.2f}s after the first = "
               f"{pods / span:.0f} pods/s; from process start {watch.last - started:.2f}s = "
               f"{pods / (watch.last - started):.0f} pods/s; scheduler RSS {rss_mib(proc.pid):.0f} MiB "
               f"(peak {peak:.0f}); scheduler CPU {cpu_alone:.1f}s ({cpu_alone / pods * 1e3:.2f} ms/pod incl. start-up)"
-              + (f", apiserver CPU so far {cpu_seconds(api_pid):.1f}s" if api_pid else ""),
+              + "".join(f", {name} CPU {used:.1f}s ({used / pods * 1e3:.2f} ms/pod)"
+                        for name, used in others_used.items()),
               flush=True)
 
         if alone_only:
@@ -275,7 +279,8 @@ async def main() -> None:
         server = start_apiserver([members[0].client_url], work / "apiserver")
         try:
             await run_size(server.url, server.proc.pid, work, nodes, pods, args.clients, args.variant, args.zones,
-                           args.scheduler_arg, args.profile, args.alone_only)
+                           args.scheduler_arg, args.profile, args.alone_only,
+                           members[0].proc.pid if members[0].proc else 0)
             print(f"[{nodes}n/{pods}p] apiserver RSS {rss_mib(server.proc.pid):.0f} MiB; logs in {work}", flush=True)
         finally:
             server.stop()

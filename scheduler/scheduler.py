@@ -550,8 +550,10 @@ class Scheduler:
     def select_host(nodes: list[NodeInfo], scores: list[int]) -> str:
         """The best-scoring node; ties broken uniformly at random."""
         best = max(scores)
+        if scores.count(best) == 1:
+            return nodes[scores.index(best)].name
         winners = [i for i, s in enumerate(scores) if s == best]
-        return nodes[winners[0] if len(winners) == 1 else random.choice(winners)].name
+        return nodes[random.choice(winners)].name
 
     # -- binding cycle ----------------------------------------------------------------------------
 

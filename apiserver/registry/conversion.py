@@ -47,47 +47,57 @@ def needs_conversion(res: Resource) -> bool:
     return _is_events_v1(res) or _is_hpa_v1(res)
 
 
-def to_storage(res: Resource, obj: Obj) -> Obj:
-    """The object as it is stored, from the version `res` serves."""
+def to_storage(res: Resource, obj: Obj, *, shared: bool = False) -> Obj:
+    """The object as it is stored, from the version `res` serves; `shared` when the result is only
+    read (encoded, validated), so it may share nested values with `obj`."""
     if res.custom:
         return {**obj, "apiVersion": f"{res.group}/{res.stored_version}"}
     if _is_events_v1(res):
-        return event_to_core(obj)
+        return event_to_core(obj, shared=shared)
     if _is_hpa_v1(res):
         return hpa_v1_to_v2(obj)
     return obj
 
 
-def from_storage(res: Resource, obj: Obj) -> Obj:
-    """The stored object in the version `res` serves (custom resources: conversion strategy None)."""
+def from_storage(res: Resource, obj: Obj, *, shared: bool = False) -> Obj:
+    """The stored object in the version `res` serves (custom resources: conversion strategy None);
+    `shared` when `obj` is the caller's own, so the result may share nested values with it."""
     if res.custom:
         return {**obj, "apiVersion": res.api_version}
     if _is_events_v1(res):
-        return event_from_core(obj)
+        return event_from_core(obj, shared=shared)
     if _is_hpa_v1(res):
         return hpa_v2_to_v1(obj)
     return obj
 
 
-def event_to_core(obj: Obj) -> Obj:
+def event_to_core(obj: Obj, *, shared: bool = False) -> Obj:
+    """The core/v1 form of an events.k8s.io/v1 Event; `shared` skips copying nested values."""
+    clone = _identity if shared else copy.deepcopy
     out: Obj = {"apiVersion": "v1", "kind": "Event"}
     for key in _EVENT_SHARED:
         if key in obj:
-            out[key] = copy.deepcopy(obj[key])
+            out[key] = clone(obj[key])
     for new, old in _EVENT_RENAMES:
         if new in obj:
-            out[old] = copy.deepcopy(obj[new])
+            out[old] = clone(obj[new])
     return out
 
 
-def event_from_core(obj: Obj) -> Obj:
+def _identity(value: Any) -> Any:
+    return value
+
+
+def event_from_core(obj: Obj, *, shared: bool = False) -> Obj:
+    """The events.k8s.io/v1 form of a core/v1 Event; `shared` skips copying nested values."""
+    clone = _identity if shared else copy.deepcopy
     out: Obj = {"apiVersion": "events.k8s.io/v1", "kind": "Event"}
     for key in _EVENT_SHARED:
         if key in obj:
-            out[key] = copy.deepcopy(obj[key])
+            out[key] = clone(obj[key])
     for new, old in _EVENT_RENAMES:
         if old in obj:
-            out[new] = copy.deepcopy(obj[old])
+            out[new] = clone(obj[old])
     return out
 
 

@@ -47,10 +47,10 @@ class EventsV1Strategy(MetaStrategy):
     allow_create_on_update = True
 
     def validate_spec(self, obj: Obj) -> list[Cause]:
-        return _validate_new_event(obj if "involvedObject" in obj else event_to_core(obj))
+        return _validate_new_event(obj if "involvedObject" in obj else event_to_core(obj, shared=True))
 
     def field_set(self, obj: Obj) -> dict[str, str]:
-        core = obj if "involvedObject" in obj else event_to_core(obj)
+        core = obj if "involvedObject" in obj else event_to_core(obj, shared=True)
         fields = event_field_set(core, super().field_set(obj))
         for key in ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath"):
             fields[f"regarding.{key}"] = fields[f"involvedObject.{key}"]

@@ -4,9 +4,7 @@ and the pods/binding subresource."""
 
 from __future__ import annotations
 
-import copy
 from datetime import UTC, datetime
-from typing import Any
 
 from apiserver.registry import podspec
 from apiserver.registry.base import MetaStrategy, child, get
@@ -104,19 +102,19 @@ def bind(pod: Obj, binding: Obj, now: datetime | None = None) -> Obj:
     node = get(pod, "spec", "nodeName", default="")
     if node:
         raise errors.conflict("pods/binding", "", name, f'pod {name} is already assigned to node "{node}"')
-    bound = copy.deepcopy(pod)
-    child(bound, "spec")["nodeName"] = binding["target"]["name"]
+    # Copy only what changes: the pod is left as it was, and most of it is shared with the result.
+    bound = {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": binding["target"]["name"]}}
     extra = get(binding, "metadata", "annotations") or {}
     if extra:
-        child(bound, "metadata", "annotations").update(extra)
+        bound["metadata"] = {**meta, "annotations": {**(meta.get("annotations") or {}), **extra}}
     stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    conditions: list[dict[str, Any]] = child(bound, "status").setdefault("conditions", [])
-    for cond in conditions:
+    status = bound["status"] = dict(pod.get("status") or {})
+    conditions = status["conditions"] = list(status.get("conditions") or [])
+    for i, cond in enumerate(conditions):
         if cond.get("type") == "PodScheduled":
+            cond = conditions[i] = {k: v for k, v in cond.items() if k not in ("reason", "message")}
             if cond.get("status") != "True":
                 cond.update({"status": "True", "lastTransitionTime": stamp})
-            cond.pop("reason", None)
-            cond.pop("message", None)
             break
     else:
         conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,

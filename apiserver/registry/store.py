@@ -24,7 +24,7 @@ from apiserver.auth.admission import Admission
 from apiserver.registry import conversion
 from apiserver.registry.strategy import Obj, Strategy
 from apiserver.storage.cache import Entry, ResourceCache, WatchCache, decode
-from apiserver.storage.etcd import Compacted, EtcdStore, KeyExists, RevisionMismatch
+from apiserver.storage.etcd import KV, Compacted, EtcdStore, KeyExists, RevisionMismatch
 from services.api import errors
 from services.api.catalog import Resource
 from services.api.fieldmanager import InvalidApply, update_managed_fields
@@ -135,14 +135,15 @@ class RESTStore:
             return f"{self.prefix}{namespace}/"
         return self.prefix
 
-    def out(self, obj: Obj) -> Obj:
-        """A stored object as this resource's version shows it."""
+    def out(self, obj: Obj, *, own: bool = False) -> Obj:
+        """A stored object as this resource's version shows it; `own` when nobody else holds `obj`
+        (a freshly written object), so the converted view need not copy it."""
         if self._converts:
-            return conversion.from_storage(self.res, obj)
+            return conversion.from_storage(self.res, obj, shared=own)
         return obj
 
     def _encode(self, obj: Obj) -> bytes:
-        stored = conversion.to_storage(self.res, obj) if self._converts else obj
+        stored = conversion.to_storage(self.res, obj, shared=True) if self._converts else obj
         m = stored.get("metadata", {})
         if "resourceVersion" in m or "selfLink" in m:
             stored = dict(stored)
@@ -446,7 +447,7 @@ class RESTStore:
                     raise errors.already_exists(self.res.plural, self.res.group, name) from exc
                 continue
             obj["metadata"]["resourceVersion"] = str(revision)
-            return self.out(obj)
+            return self.out(obj, own=True)
         raise errors.internal("could not allocate a free value after several attempts")
 
     # -- update ---------------------------------------------------------------
@@ -581,15 +582,34 @@ class RESTStore:
         self, namespace: str | None, name: str, change: Callable[[Obj], Obj], opts: WriteOptions,
         subresource: str = "",
     ) -> Obj:
-        """Read-modify-write for subresources with their own rules (binding, scale)."""
+        """Read-modify-write for subresources with their own rules (binding, scale).
+
+        The first attempt starts from the watch cache's copy, as upstream's GuaranteedUpdate does with
+        the cacher's object: the compare-and-swap on its revision catches a stale copy, and the retry
+        starts from what etcd answered. A write that would change nothing is confirmed against etcd.
+        """
         key = self.key(namespace, name)
+        # A dry run writes nothing, so no compare-and-swap would catch a stale copy: it reads etcd.
+        entry = self.cache.entries.get(key) if self.cache.ready and not opts.dry_run else None
+        current: KV | None = None
         while True:
-            obj, revision = await self._read(namespace, name)
-            old = copy.deepcopy(obj)
+            if entry is not None:
+                old, revision = entry.obj, entry.revision
+                obj = orjson.loads(entry.encoded())
+            else:
+                if current is None:
+                    current = await self.ctx.etcd.get(key)
+                    if current is None:
+                        raise self._not_found(name)
+                old, revision = decode(current.value, current.mod_revision), current.mod_revision
+                obj = decode(current.value, current.mod_revision)
             new = change(obj)
             if subresource:
                 new = self._track(old, new, opts, subresource)
             if new == old:
+                if entry is not None:
+                    entry = None
+                    continue
                 return self.out(new)
             if self.strategy.uses_generation and self.strategy.spec_changed(new, old):
                 new["metadata"]["generation"] = int(old["metadata"].get("generation") or 0) + 1
@@ -600,7 +620,10 @@ class RESTStore:
                     await self.ctx.etcd.delete(key, revision, self._released(new))
                     return self.out(new)
                 rv = await self.ctx.etcd.update(key, self._encode(new), revision)
-            except RevisionMismatch:
+            except RevisionMismatch as exc:
+                if exc.current is None and entry is None:
+                    raise self._not_found(name) from exc
+                entry, current = None, exc.current
                 continue
             new["metadata"]["resourceVersion"] = str(rv)
             return self.out(new)

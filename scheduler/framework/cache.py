@@ -332,7 +332,11 @@ class Cache:
             _reindex(index, dst, copy)
             if dst.labels != copy.labels:
                 snap.node_labels_changed()
+            if dst.node is not copy.node or dst.image_states is not copy.image_states:
+                snap.nodes_changed()
             _copy_into(dst, copy)
+            if dst.node is not None:
+                snap.node_changed(dst)
         self._dirty.clear()
         if self._node_set_changed:
             snap.rebuild_lists([snap.node_info_map[n] for n in self.tree.list() if n in snap.node_info_map])

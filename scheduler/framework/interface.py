@@ -674,6 +674,21 @@ class StorageInfoLister(Protocol):
     def is_pvc_used_by_pods(self, key: str) -> bool: ...
 
 
+def _free(ni: NodeInfo) -> tuple[int, int, int, int]:
+    alloc, used = ni.allocatable, ni.requested
+    return (alloc.allowed_pod_number - len(ni.pods), alloc.milli_cpu - used.milli_cpu, alloc.memory - used.memory,
+            alloc.ephemeral_storage - used.ephemeral_storage)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTraits:
+    """Whether any node of a snapshot is unschedulable, has taints, or has images."""
+
+    unschedulable: bool
+    taints: bool
+    images: bool
+
+
 class Snapshot:
     """The cluster as one scheduling cycle sees it; the cache refreshes it incrementally each cycle."""
 
@@ -688,6 +703,10 @@ class Snapshot:
         self._with_affinity: list[NodeInfo] | None = None
         self._with_required_anti_affinity: list[NodeInfo] | None = None
         self._used_pvcs: set[str] | None = None
+        self._traits: NodeTraits | None = None
+        # A lower bound of every listed node's free (pod slots, milli-cpu, memory, ephemeral storage):
+        # lowered as nodes change, recomputed when the node set does. A pod asking for no more fits all.
+        self.free_floor: tuple[int, int, int, int] = (0, 0, 0, 0)
         infos = list(node_infos)
         if infos:
             for ni in infos:
@@ -701,6 +720,19 @@ class Snapshot:
         """Forget what was derived from node labels (the cache calls it when a node's labels change)."""
         self._keyed_nodes.clear()
         self._domains.clear()
+
+    def nodes_changed(self) -> None:
+        """Forget what was derived from the Node objects (the cache calls it when one is replaced)."""
+        self._traits = None
+
+    def traits(self) -> NodeTraits:
+        """What no node of the snapshot has, so plugins can skip their per-node loop for every pod."""
+        if self._traits is None:
+            nodes = self.node_info_list
+            self._traits = NodeTraits(
+                any(ni.unschedulable for ni in nodes), any(ni.taints for ni in nodes),
+                any(ni.image_states for ni in nodes))
+        return self._traits
 
     def nodes_with_keys(self, keys: tuple[str, ...]) -> dict[str, NodeInfo]:
         """The nodes carrying every label in `keys`, by name; kept until nodes or their labels change."""
@@ -721,8 +753,15 @@ class Snapshot:
     def rebuild_lists(self, ordered: list[NodeInfo]) -> None:
         self._keyed_nodes.clear()
         self._domains.clear()
+        self._traits = None
         self.node_info_list = [ni for ni in ordered if ni.node is not None]
+        frees = [_free(ni) for ni in self.node_info_list]
+        self.free_floor = tuple(map(min, *frees)) if len(frees) > 1 else (frees[0] if frees else (0, 0, 0, 0))
         self.pods_changed()
+
+    def node_changed(self, ni: NodeInfo) -> None:
+        """Keep `free_floor` a lower bound after `ni` (a listed node) changed."""
+        self.free_floor = tuple(map(min, self.free_floor, _free(ni)))  # type: ignore[assignment]
 
     def pods_changed(self) -> None:
         """Drop the lists derived from the nodes' pods; they are recomputed when next asked for."""

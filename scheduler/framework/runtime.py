@@ -230,7 +230,7 @@ class Framework:
             except Exception as e:
                 log.exception("filter plugin failed", plugin=p.name)
                 return [], Status.error(e, plugin=p.name)
-            if results is None:
+            if results is None or results.count(None) == len(results):
                 continue
             passed = []
             for ni, st in zip(survivors, results, strict=True):
@@ -348,6 +348,9 @@ class Framework:
                           nodes: list[NodeInfo]) -> tuple[list[int], Status | None]:
         """Weighted totals per node (same order as `nodes`)."""
         totals = [0] * len(nodes)
+        # A plugin that gives every node the same score (common: no node has the pod's images or a
+        # PreferNoSchedule taint) adds one constant, summed here and added to the totals once.
+        offset = 0
         skip = state.skip_score_plugins
         for p in self.score_plugins:
             if p.name in skip:
@@ -368,16 +371,24 @@ class Framework:
                 return totals, Status.error(e, plugin=p.name)
             if not values:
                 continue
-            lo, hi = min(values), max(values)
+            first = values[0]
+            if values.count(first) == len(values):
+                lo = hi = first
+            else:
+                lo, hi = min(values), max(values)
             if hi > MAX_NODE_SCORE or lo < MIN_NODE_SCORE:
                 v = hi if hi > MAX_NODE_SCORE else lo
                 return totals, Status.error(
                     f"plugin {p.name!r} returns an invalid score {v}, it should in the range of "
                     f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing", plugin=p.name)
-            if weight == 1:
+            if lo == hi:
+                offset += first * weight
+            elif weight == 1:
                 totals = list(map(operator.add, totals, values))
             else:
                 totals = list(map(operator.add, totals, map(operator.mul, values, itertools.repeat(weight))))
+        if offset:
+            totals = [t + offset for t in totals]
         return totals, None
 
     # -- Reserve / Permit ---------------------------------------------------------------------------

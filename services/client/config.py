@@ -107,8 +107,12 @@ class _BearerAuth(httpx.Auth):
     def __init__(self, token: str) -> None:
         self._token = token
 
+    def authorization(self) -> str:
+        """The Authorization header value, for requests written without httpx."""
+        return f"Bearer {self._token}"
+
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["Authorization"] = f"Bearer {self._token}"
+        request.headers["Authorization"] = self.authorization()
         yield request
 
 
@@ -120,7 +124,8 @@ class _TokenFileAuth(httpx.Auth):
         self._token = fallback or ""
         self._read_at = 0.0
 
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+    def authorization(self) -> str:
+        """The Authorization header value with the current token, for requests written without httpx."""
         now = time.monotonic()
         if now - self._read_at > TOKEN_FILE_REFRESH_SECONDS:
             try:
@@ -129,7 +134,10 @@ class _TokenFileAuth(httpx.Auth):
                 if not self._token:
                     raise
             self._read_at = now
-        request.headers["Authorization"] = f"Bearer {self._token}"
+        return f"Bearer {self._token}"
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers["Authorization"] = self.authorization()
         yield request
 
 

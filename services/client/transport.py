@@ -116,7 +116,7 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         conns.append(conn)
 
     async def _connect(
-        self, request: httpx.Request, origin: Origin, connect_timeout: float | None
+        self, request: httpx.Request | None, origin: Origin, connect_timeout: float | None, sni: str | None = None
     ) -> _Connection:
         scheme, host, port = origin
         context: ssl.SSLContext | None = None
@@ -125,8 +125,10 @@ class AsyncTransport(httpx.AsyncBaseTransport):
             if self._ssl is None:
                 self._ssl = ssl.create_default_context()
             context = self._ssl
-            sni = request.extensions.get("sni_hostname")
-            server_hostname = sni.decode() if isinstance(sni, bytes) else (sni or host)
+            if request is not None:
+                ext = request.extensions.get("sni_hostname")
+                sni = ext.decode() if isinstance(ext, bytes) else ext
+            server_hostname = sni or host
         try:
             async with asyncio.timeout(connect_timeout):
                 reader, writer = await asyncio.open_connection(
@@ -146,7 +148,81 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         origin = (scheme, url.host, url.port or (443 if scheme == "https" else 80))
         timeouts = request.extensions.get("timeout") or {}
         payload = await _encode(request)
-        method = request.method
+        close = request.headers.get("connection", "").lower() == "close"
+        conn, head = await self._exchange_pooled(origin, payload, request.method, timeouts, request, None, close)
+        return await self._response(conn, request, head, timeouts.get("read"))
+
+    async def send_raw(
+        self,
+        origin: Origin,
+        payload: bytes,
+        method: str,
+        timeouts: dict[str, float | None],
+        sni: str | None = None,
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """One exchange of an already encoded request, the whole body read: (status, headers, body).
+
+        The fast path for small API calls: no httpx.Request or Response is built. Failures raise
+        httpx's exceptions (without a request attached), as `handle_async_request` would.
+        """
+        conn, head = await self._exchange_pooled(origin, payload, method, timeouts, None, sni, False)
+        if method == "HEAD" or head.status in NO_BODY_STATUS or (head.length == 0 and not head.chunked):
+            self._release(conn, head.keep_alive)
+            return head.status, head.headers, b""
+        keep_alive = head.keep_alive
+        try:
+            async with asyncio.timeout(timeouts.get("read")):
+                if head.chunked:
+                    parts = [part async for part in _read_chunks(conn.reader)]
+                    body = b"".join(parts)
+                elif head.length is not None:
+                    body = await conn.reader.readexactly(head.length)
+                else:
+                    body = await conn.reader.read()
+                    keep_alive = False
+        except BaseException as exc:
+            self._release(conn, False)
+            err = _read_error(exc, None)
+            if err is exc:
+                raise
+            raise err from exc
+        self._release(conn, keep_alive)
+        return head.status, head.headers, body
+
+    async def stream_raw(
+        self,
+        origin: Origin,
+        payload: bytes,
+        method: str,
+        timeouts: dict[str, float | None],
+        sni: str | None = None,
+    ) -> tuple[int, list[tuple[bytes, bytes]], httpx.AsyncByteStream]:
+        """Like `send_raw`, but the body comes as a stream of byte chunks (watches); `aclose` it."""
+        conn, head = await self._exchange_pooled(origin, payload, method, timeouts, None, sni, False)
+        if method == "HEAD" or head.status in NO_BODY_STATUS or (head.length == 0 and not head.chunked):
+            self._release(conn, head.keep_alive)
+            return head.status, head.headers, httpx.ByteStream(b"")
+        keep_alive = head.keep_alive
+        if head.chunked:
+            mode = _CHUNKED
+        elif head.length is not None:
+            mode = _LENGTH
+        else:
+            mode, keep_alive = _TO_CLOSE, False
+        stream = _BodyStream(self, conn, None, mode, head.length or 0, keep_alive, timeouts.get("read"))
+        return head.status, head.headers, stream
+
+    async def _exchange_pooled(
+        self,
+        origin: Origin,
+        payload: bytes,
+        method: str,
+        timeouts: dict[str, float | None],
+        request: httpx.Request | None,
+        sni: str | None,
+        close: bool,
+    ) -> tuple[_Connection, _Head]:
+        """Take a slot and a connection, send, read the head; the caller owns the slot afterwards."""
         slots = self._slots
         if slots.locked():
             try:
@@ -162,9 +238,9 @@ class AsyncTransport(httpx.AsyncBaseTransport):
             reused = conn is not None
             while True:
                 if conn is None:
-                    conn = await self._connect(request, origin, timeouts.get("connect"))
+                    conn = await self._connect(request, origin, timeouts.get("connect"), sni)
                 try:
-                    head = await _exchange(conn, payload, request, timeouts)
+                    head = await _exchange(conn, payload, request, timeouts, close)
                     break
                 except _NoResponse:
                     conn.close()
@@ -179,7 +255,7 @@ class AsyncTransport(httpx.AsyncBaseTransport):
                 conn.close()
             self._slots.release()
             raise
-        return await self._response(conn, request, head, timeouts.get("read"))
+        return conn, head
 
     async def _response(
         self, conn: _Connection, request: httpx.Request, head: _Head, read_timeout: float | None
@@ -221,7 +297,7 @@ class _Head:
 
     __slots__ = ("status", "reason", "version", "headers", "length", "chunked", "keep_alive")
 
-    def __init__(self, raw: bytes, request: httpx.Request) -> None:
+    def __init__(self, raw: bytes, request: httpx.Request | None, close_requested: bool = False) -> None:
         lines = raw[:-4].split(b"\r\n")
         parts = lines[0].split(b" ", 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
@@ -252,9 +328,7 @@ class _Head:
                     keep_alive = False
                 elif b"keep-alive" in token:
                     keep_alive = True
-        if keep_alive and request.headers.get("connection", "").lower() == "close":
-            keep_alive = False
-        self.keep_alive = keep_alive
+        self.keep_alive = keep_alive and not close_requested
 
 
 async def _encode(request: httpx.Request) -> bytes:
@@ -273,7 +347,11 @@ async def _encode(request: httpx.Request) -> bytes:
 
 
 async def _exchange(
-    conn: _Connection, payload: bytes, request: httpx.Request, timeouts: dict[str, float | None]
+    conn: _Connection,
+    payload: bytes,
+    request: httpx.Request | None,
+    timeouts: dict[str, float | None],
+    close_requested: bool = False,
 ) -> _Head:
     """Send the request and read the response head (skipping 1xx); raises _NoResponse on a dead peer."""
     writer = conn.writer
@@ -302,7 +380,7 @@ async def _exchange(
                         raise _NoResponse() from exc
                     raise
                 first = False
-                head = _Head(raw, request)
+                head = _Head(raw, request, close_requested)
                 if head.status >= 200 or head.status == 101:
                     return head
     except BaseException as exc:
@@ -312,7 +390,7 @@ async def _exchange(
         raise err from exc
 
 
-def _read_error(exc: BaseException, request: httpx.Request) -> BaseException:
+def _read_error(exc: BaseException, request: httpx.Request | None) -> BaseException:
     """Map asyncio/socket failures while reading to httpx's exceptions; others pass through."""
     if isinstance(exc, httpx.HTTPError | _NoResponse | asyncio.CancelledError):
         return exc
@@ -327,6 +405,19 @@ def _read_error(exc: BaseException, request: httpx.Request) -> BaseException:
     return exc
 
 
+async def _read_chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """A chunked body's chunks, the trailer skipped (the caller bounds the time)."""
+    while True:
+        line = await reader.readuntil(b"\n")
+        size = int(line.split(b";", 1)[0], 16)
+        if size == 0:
+            while await reader.readuntil(b"\n") not in (b"\r\n", b"\n"):
+                pass
+            return
+        data = await reader.readexactly(size + 2)
+        yield data[:-2]
+
+
 _LENGTH, _CHUNKED, _TO_CLOSE = 0, 1, 2
 
 
@@ -337,7 +428,7 @@ class _BodyStream(httpx.AsyncByteStream):
         self,
         transport: AsyncTransport,
         conn: _Connection,
-        request: httpx.Request,
+        request: httpx.Request | None,
         mode: int,
         length: int,
         keep_alive: bool,

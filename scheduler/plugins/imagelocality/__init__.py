@@ -66,5 +66,7 @@ class ImageLocality(Plugin):
             self.pre_score(state, pod, nodes)
         images, total_nodes = state.read(_PRE_SCORE_KEY)
         without = _priority(0, len(images))
+        if not self.handle.snapshot_shared_lister().traits().images:
+            return [without] * len(nodes), None
         return [_priority(_sum_image_scores(ni, images, total_nodes), len(images)) if ni.image_states else without
                 for ni in nodes], None

@@ -123,6 +123,12 @@ class Fit(Plugin):
         # cpu, memory, ephemeral-storage and pod count only: the common case. Whether a node fits is
         # remembered per node generation; nodes that changed since are checked again.
         cpu, mem, eph = req.milli_cpu, req.memory, req.ephemeral_storage
+        if self.handle is not None:
+            # Every listed node has at least the snapshot's floor free: no per-node check needed.
+            slots, free_cpu, free_mem, free_eph = self.handle.snapshot_shared_lister().free_floor
+            if slots >= 1 and (not cpu or cpu <= free_cpu) and (not mem or mem <= free_mem) \
+                    and (not eph or eph <= free_eph):
+                return None
         memo = self._memo.table(("filter", cpu, mem, eph), len(nodes))
         fits = [memo.get(ni.generation) for ni in nodes]
         if None in fits:

@@ -36,6 +36,9 @@ class NodeUnschedulable(Plugin):
         return Status.unresolvable(ERR_REASON_UNSCHEDULABLE)
 
     def filter_nodes(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> list[Status | None] | None:
+        # The snapshot lists only nodes with a Node object, so none is rejected when none is unschedulable.
+        if not self.handle.snapshot_shared_lister().traits().unschedulable:
+            return None
         if not [1 for ni in nodes if ni.unschedulable or ni.node is None]:
             return None
         f = self.filter

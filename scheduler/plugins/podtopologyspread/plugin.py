@@ -12,6 +12,7 @@ per-label-key node sets, so a cycle costs O(nodes holding matching pods), not O(
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -283,6 +284,7 @@ class PodTopologySpread(Plugin):
         self.system_defaulted = defaulting == "System"
         self.default_constraints: list[dict[str, Any]] = (
             list(SYSTEM_DEFAULT_CONSTRAINTS) if self.system_defaulted else configured)
+        self._parsed_defaults: dict[str, list[Constraint]] = {}
         self._services: Informer | None = None
         self._rcs: Informer | None = None
         self._rss: Informer | None = None
@@ -314,16 +316,17 @@ class PodTopologySpread(Plugin):
         return self._default_constraints(pod, action)
 
     def _default_constraints(self, pod: Obj, action: str) -> list[Constraint]:
-        constraints = parse_constraints(
-            [{**c, "labelSelector": {}} for c in self.default_constraints], {}, action)
-        if not constraints:
+        # The defaults are parsed once per action; each pod gets copies carrying its own selector.
+        parsed = self._parsed_defaults.get(action)
+        if parsed is None:
+            parsed = self._parsed_defaults[action] = parse_constraints(
+                [{**c, "labelSelector": {}} for c in self.default_constraints], {}, action)
+        if not parsed:
             return []
         selector = self.default_selector(pod)
         if selector.empty:
             return []
-        for c in constraints:
-            c.selector = selector
-        return constraints
+        return [dataclasses.replace(c, selector=selector) for c in parsed]
 
     def default_selector(self, pod: Obj) -> LabelSelector:
         """The union of the selectors of the Services, RC, ReplicaSet or StatefulSet that own the pod."""

@@ -45,7 +45,7 @@ class TaintToleration(Plugin):
             f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '')}}}")
 
     def filter_nodes(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> list[Status | None] | None:
-        if not [1 for ni in nodes if ni.taints]:
+        if not self.handle.snapshot_shared_lister().traits().taints or not [1 for ni in nodes if ni.taints]:
             return None
         f = self.filter
         return [f(state, pod, ni) if ni.taints else None for ni in nodes]
@@ -64,7 +64,7 @@ class TaintToleration(Plugin):
 
     def score_nodes(self, state: CycleState, pod: Obj,
                     nodes: list[NodeInfo]) -> tuple[list[int], Status | None]:
-        if not [1 for ni in nodes if ni.taints]:
+        if not self.handle.snapshot_shared_lister().traits().taints or not [1 for ni in nodes if ni.taints]:
             return [0] * len(nodes), None
         tolerations = state.read(_PRE_SCORE_KEY)
         return [sum(1 for t in ni.taints

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from scheduler.framework.cache import Cache, NodeTree
-from scheduler.framework.interface import Snapshot
+from scheduler.framework.interface import CycleState, Snapshot
+from scheduler.plugins.noderesources import Fit
 from tests.unit.scheduler.util import make_node, make_pod
 
 
@@ -95,3 +98,32 @@ def test_node_tree_interleaves_zones() -> None:
     assert tree.list() == ["a1", "b1", "c1", "a2", "c2", "a3"]
     tree.remove("b1")
     assert tree.list() == ["a1", "c1", "a2", "c2", "a3"]
+
+
+def test_snapshot_free_floor_and_traits_follow_node_changes() -> None:
+    """Fit skips its per-node loop when every node has the floor free: the floor must drop as nodes fill."""
+    cache = Cache()
+    for name in ("a", "b"):
+        cache.add_node(make_node(name, cpu="2", memory="4Gi"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    assert snap.free_floor[:3] == (110, 2000, 4 * 2**30)
+    assert not snap.traits().taints and not snap.traits().unschedulable
+    fit = Fit({}, SimpleNamespace(snapshot_shared_lister=lambda: snap))  # type: ignore[arg-type]
+    pod = make_pod("p", cpu="1500m", memory="1Gi")
+
+    def verdicts() -> list[bool]:
+        state = CycleState()
+        fit.pre_filter(state, pod, snap.list())
+        return [st is None for st in fit.filter_nodes(state, pod, snap.list()) or [None, None]]
+
+    assert verdicts() == [True, True]
+    cache.add_pod(make_pod("x", cpu="1", node="b"))
+    cache.update_snapshot(snap)
+    assert snap.free_floor[1] == 1000
+    assert verdicts() == [True, False]
+    tainted = make_node("a", cpu="2", memory="4Gi")
+    tainted["spec"]["taints"] = [{"key": "k", "effect": "NoSchedule"}]
+    cache.update_node(make_node("a", cpu="2", memory="4Gi"), tainted)
+    cache.update_snapshot(snap)
+    assert snap.traits().taints
