@@ -30,14 +30,15 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proxy_agent.backends import Backend, Ruleset, run_tool  # noqa: E402
-from proxy_agent.backends.iptables import IptablesBackend, svc_chain  # noqa: E402
-from proxy_agent.backends.nftables import NftablesBackend, chain_base  # noqa: E402
+from proxy_agent.backends.iptables import IptablesBackend, sep_chain  # noqa: E402
+from proxy_agent.backends.nftables import NftablesBackend  # noqa: E402
 from proxy_agent.dns.server import DNSServer  # noqa: E402
 from proxy_agent.dns.wire import A, build_query  # noqa: E402
 from proxy_agent.dns.zone import ClusterZone  # noqa: E402
 from proxy_agent.tracker import (  # noqa: E402
     SERVICE_NAME_LABEL,
     ChangeTracker,
+    Endpoint,
     ProxyState,
     ServicePort,
     ServicePortName,
@@ -114,8 +115,7 @@ async def bench_mode(backend: Backend, label: str, n: int, eps: int, repeat: int
     for _ in range(repeat):
         cpu0 = _cpu()
         start = time.perf_counter()
-        tracker.apply(state, None)
-        tracker.take()
+        tracker.apply(state, tracker.take())  # as the proxier: all Services the first time, then none
         ruleset = backend.render(state, None)
         rendered = time.perf_counter()
         await backend.apply(ruleset)
@@ -129,7 +129,8 @@ async def bench_mode(backend: Backend, label: str, n: int, eps: int, repeat: int
         f"{label}: full sync {n} services x {eps} endpoints: median {statistics.median(totals):.2f}s "
         f"(render {statistics.median(renders):.2f}s, apply {statistics.median(applies):.2f}s; "
         f"CPU {statistics.median(cpus):.2f}s summed over processes) "
-        f"of {repeat}: {', '.join(f'{t:.2f}' for t in totals)}; load {os.getloadavg()[0]:.1f}; "
+        f"of {repeat}: {', '.join(f'{t:.2f}' for t in totals)} (CPU {', '.join(f'{c:.2f}' for c in cpus)}; "
+        f"the first also builds the state from every Service and slice); load {os.getloadavg()[0]:.1f}; "
         f"counts={ruleset.counts}",
         flush=True,
     )
@@ -224,10 +225,13 @@ async def bench_api(mode: str, wrappers: Path, n: int, eps: int, changes: int, w
                 sl["endpoints"][0]["addresses"] = [new_ip]
                 sp = ServicePort(ServicePortName(meta["namespace"], sl["metadata"]["labels"][SERVICE_NAME_LABEL],
                                                  "http", "TCP"), "", 80, "TCP")  # fmt: skip
-                if mode == "nftables":
-                    check = [str(wrappers / "nft"), "list", "chain", "ip", "kube-proxy", f"service-{chain_base(sp)}"]
-                else:
-                    check = [str(wrappers / "iptables"), "-w", "-t", "nat", "-S", svc_chain(sp)]
+                if mode == "nftables":  # the Service's endpoints are elements of the shared map
+                    i = int(meta["labels"][SERVICE_NAME_LABEL].removeprefix("svc-"))
+                    keys = ", ".join(f"10.97.{i // 256 % 256}.{i % 256} . tcp . 80 . {j}" for j in range(eps))
+                    check = [str(wrappers / "nft"), "get", "element", "ip", "kube-proxy", "service-endpoints",
+                             f"{{ {keys} }}"]  # fmt: skip
+                else:  # the new endpoint's own chain, written with the Service chain's jump to it
+                    check = [str(wrappers / "iptables"), "-w", "-t", "nat", "-S", sep_chain(sp, Endpoint(new_ip, 8080))]
                 start = time.time()
                 sl.update(await client.replace(SLICES, sl))
                 while True:

@@ -157,7 +157,8 @@ class Proxier:
             or self.dry_run_output is not None
             or (time.monotonic() - self._last_full > FULL_SYNC_PERIOD)
         )
-        self.tracker.apply(self.state, None if full else changed)
+        # the state follows the changes either way (as upstream's maps do); a full sync rewrites every rule
+        self.tracker.apply(self.state, changed)
         ruleset = self.backend.render(self.state, None if full else changed)
         try:
             if self.dry_run_output is not None:

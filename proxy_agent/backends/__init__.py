@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -13,11 +14,13 @@ from proxy_agent.tracker import ProxyState
 
 @dataclass
 class Ruleset:
-    """One rendered transaction: the text handed to the kernel tool, and counts for metrics."""
+    """One rendered transaction: the text handed to the kernel tool, and counts for metrics. `split`,
+    when given, returns the same change as several texts applied in order, each consistent alone."""
 
     text: str
     full: bool
     counts: dict[str, int] = field(default_factory=dict)
+    split: Callable[[], list[str]] | None = None
 
 
 class CommandError(RuntimeError):

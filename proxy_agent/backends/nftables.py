@@ -1,14 +1,22 @@
 """nftables mode: upstream's `ip kube-proxy` table, written as one `nft -f` transaction.
 
-Dispatch goes through verdict maps (service-ips, service-nodeports, no-endpoint-services, ...)
-that jump to one chain per Service port. Endpoint selection is one `numgen random mod k == 0`
-DNAT rule per endpoint (probability 1/k of the rest, as iptables' statistic rules), not upstream's
-anonymous `numgen ... vmap { ... }`: the kernel names every anonymous set by scanning all sets of
-the table, so 10,000 of them made one `nft -f` take minutes (quadratic); a concatenated
-`ip daddr . th dport . numgen` map was tried too and costs ~7 s of kernel time for 50,000 elements.
-Per-endpoint chains remain only for sessionAffinity (they hold the affinity set update); hairpin
-masquerading is one rule in `masquerading` over the `hairpin-endpoints` set of endpoint IP pairs,
-and ClusterIP masquerading one rule in `services`.
+Dispatch goes through verdict maps (service-ips, service-nodeports, no-endpoint-services, ...).
+A Service port with k <= 64 endpoints and no session affinity has no chain of its own: its dispatch
+elements go to the shared chain `pick-<k>`, whose DNAT rule looks the endpoint up in the
+`service-endpoints` map by destination and `numgen random mod k` (a second rule does the same for
+NodePort traffic by protocol and port in `nodeport-endpoints`). So such a Service costs map elements
+only, and an endpoint change is a few element updates. Rules and chains are what `nft -f` pays for
+(about 20 us each, half in the kernel). Upstream's per-Service anonymous `numgen ... vmap {...}` is
+worse here: the kernel names each anonymous set by scanning every set of the table (quadratic), and
+a map bound from one rule per Service is checked against every binding for each element added
+(quadratic too), hence a few shared `pick-<k>` chains. They are created with the table, because nft
+1.0.6 cannot add a rule using these maps once it has to read their `typeof` back from the kernel.
+
+Local-policy chains (`local-*`), Services with more endpoints and sessionAffinity Services keep one
+`numgen random mod k == 0` DNAT rule per endpoint (probability 1/k of the rest), affinity with
+per-endpoint chains holding the affinity set update. Hairpin masquerading is one rule in
+`masquerading` over the `hairpin-endpoints` set of endpoint IP pairs, and ClusterIP masquerading one
+rule in `services`.
 
 A partial sync adds and deletes only the changed Services' map elements (reference-counted, since
 an endpoint IP can back several Services) and flushes and refills only their chains; a full sync
@@ -16,6 +24,8 @@ deletes and recreates the whole table in the same transaction.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 from proxy_agent.backends import Backend, Ruleset, b32_hash, run_tool
 from proxy_agent.tracker import Endpoint, ProxyState, ServicePort, usable
@@ -79,7 +89,21 @@ SETS = (
     ),
     ("map", "service-nodeports", "inet_proto . inet_service : verdict", "NodePort traffic"),
     ("set", "hairpin-endpoints", "ipv4_addr . ipv4_addr", "endpoint IP twice, to masquerade hairpin traffic"),
+    (
+        "map",
+        "service-endpoints",
+        "typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport",
+        "endpoint by destination and random index",
+    ),
+    (
+        "map",
+        "nodeport-endpoints",
+        "typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport",
+        "endpoint by NodePort and random index",
+    ),
 )
+PICK = "pick"
+PICK_MAX = 64
 
 
 def hash_truncate(name: str) -> str:
@@ -109,6 +133,32 @@ def _elements(verb: str, elems: dict[tuple[str, str], None], key_only: bool) -> 
     return [f"{verb} {TABLE} {name} {{ {', '.join(items)} }}" for name, items in by_set.items()]
 
 
+def _picked(sp: ServicePort, eps: list[Endpoint], cluster: bool, external: bool) -> list[tuple[str, str]]:
+    """The endpoint-map elements under every destination that reaches `pick-<k>` for this Service port."""
+    tail = f" . {sp.proto} . {sp.port} . "
+    keys = [sp.cluster_ip + tail] if cluster else []
+    if external:
+        keys += [eip + tail for eip in sp.external_ips]
+    targets = [f"{i} : {ep.ip} . {ep.port}" for i, ep in enumerate(eps)]
+    out = [("service-endpoints", key + t) for key in keys for t in targets]
+    if external and sp.node_port:
+        prefix = f"{sp.proto} . {sp.node_port} . "
+        out += [("nodeport-endpoints", prefix + t) for t in targets]
+    return out
+
+
+def _pick_chain(k: int) -> list[str]:
+    """The shared DNAT chain of Services with k endpoints: by destination first, else by NodePort
+    (a map miss ends the rule, so the second rule sees only what the first did not match)."""
+    chain = f"{PICK}-{k}"
+    return [
+        f"add chain {TABLE} {chain}",
+        f"add rule {TABLE} {chain} dnat to ip daddr . meta l4proto . th dport . numgen random mod {k} "
+        "map @service-endpoints",
+        f"add rule {TABLE} {chain} dnat to meta l4proto . th dport . numgen random mod {k} map @nodeport-endpoints",
+    ]
+
+
 class NftablesBackend(Backend):
     """Renders and applies the nftables ruleset; remembers which chains, sets and map elements each
     Service owns so that a partial sync touches nothing else."""
@@ -130,6 +180,9 @@ class NftablesBackend(Backend):
         internal_eps = local_eps if sp.internal_local else all_eps
         external_eps = local_eps if sp.external_local else all_eps
         svc, loc, ext = f"service-{base}", f"local-{base}", f"external-{base}"
+        picked = 0 < len(all_eps) <= PICK_MAX and not sp.affinity_timeout
+        if picked:
+            svc = f"{PICK}-{len(all_eps)}"
         objs: list[tuple[str, str]] = []
         decls: list[str] = []
         rules: list[str] = []
@@ -178,9 +231,11 @@ class NftablesBackend(Backend):
         ):
             if not wanted:
                 continue
-            objs.append(("chain", chain))
             n = len(eps)
-            if sp.affinity_timeout:
+            if chain == svc and picked:
+                elems += _picked(sp, eps, cluster=not sp.internal_local, external=bool(sp.external and external_eps))
+            elif sp.affinity_timeout:
+                objs.append(("chain", chain))
                 targets = []
                 for ep in eps:
                     ebase = endpoint_base(sp, ep)
@@ -190,6 +245,7 @@ class NftablesBackend(Backend):
                 for i, target in enumerate(targets):
                     rules.append(f"add rule {TABLE} {chain} {_pick(n - i)}goto {target}")
             else:
+                objs.append(("chain", chain))
                 for i, ep in enumerate(eps):
                     rules.append(
                         f"add rule {TABLE} {chain} {_pick(n - i)}meta l4proto {sp.proto} dnat to {ep}"
@@ -237,7 +293,10 @@ class NftablesBackend(Backend):
                 if not refs[elem]:
                     del refs[elem]
                     removed[elem] = None
-        for svc in self._owned if full else keys:
+        if full:
+            self._refs = refs = dict(Counter(elem for _, elems in self._owned.values() for elem in elems))
+            added = dict.fromkeys(refs)
+        for svc in () if full else keys:
             for elem in self._owned.get(svc, ((), ()))[1]:
                 refs[elem] = refs.get(elem, 0) + 1
                 if refs[elem] == 1:
@@ -277,7 +336,8 @@ class NftablesBackend(Backend):
         """The fixed part of the table: base chains, helper chains, the dispatch sets and maps."""
         out: list[str] = []
         for kind, name, typ, comment in SETS:
-            out.append(f'add {kind} {TABLE} {name} {{ type {typ} ; comment "{comment}" ; }}')
+            typ = typ if typ.startswith("typeof ") else "type " + typ
+            out.append(f'add {kind} {TABLE} {name} {{ {typ} ; comment "{comment}" ; }}')
         helpers = {
             "masquerading": [
                 f"ct status dnat ip saddr . ip daddr @hairpin-endpoints meta mark set meta mark | {MASQ_MARK} "
@@ -318,6 +378,8 @@ class NftablesBackend(Backend):
             out.append(f"add chain {TABLE} {name} {{ {spec} ; }}")
         for name, rules in helpers.items():
             out += [f"add rule {TABLE} {name} {r}" for r in rules]
+        for k in range(1, PICK_MAX + 1):
+            out += _pick_chain(k)
         for name, _, rules in BASE_CHAINS:
             out += [f"add rule {TABLE} {name} {r}" for r in rules]
         return out

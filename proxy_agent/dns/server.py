@@ -1,6 +1,9 @@
-"""The DNS server: UDP and TCP on asyncio, answers for the cluster zone from an in-memory cache
-that is dropped whenever the zone changes, and forwarding of every other name to the upstream
-resolvers named in a resolv.conf.
+"""The DNS server: UDP and TCP on asyncio, answers for the cluster zone from an in-memory cache of
+finished replies, and forwarding of every other name to the upstream resolvers named in a resolv.conf.
+
+A cached reply is found from the raw question bytes (no name decoding) and sent with the query's ID.
+It is dropped when the Service its name is about changes; replies about no particular Service (the
+zone apex, namespaces, pod names) are dropped on any change.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import contextlib
 import random
 import struct
 from pathlib import Path
+from typing import Any
 
 import structlog
 from prometheus_client import Counter
@@ -67,40 +71,72 @@ class _Upstream(asyncio.DatagramProtocol):
             self.done.set_exception(exc)
 
 
+def question_end(data: bytes) -> int:
+    """Where the only question of a query ends, walking label lengths without decoding them; -1 when
+    its name uses compression (then parse_question must read it)."""
+    n = len(data)
+    if n < 12 or data[2] & 0x80 or data[4] or data[5] != 1:
+        raise WireError("not a single-question query")
+    i = 12
+    while i < n:
+        length = data[i]
+        if not length:
+            if i + 5 > n:
+                raise WireError("short question")
+            return i + 5
+        if length & 0xC0:
+            return -1
+        i += length + 1
+    raise WireError("name runs past the message")
+
+
 class DNSServer:
-    """Answers queries; the cache maps (RD flag, question bytes) to a reply without its ID."""
+    """Answers queries; the cache maps (opcode and RD bits, UDP or not, question bytes) to a reply
+    without its ID and the response counter for its rcode."""
 
     def __init__(self, zone: ClusterZone, upstreams: list[tuple[str, int]], timeout: float = 2.0) -> None:
         self.zone = zone
         self.upstreams = upstreams
         self.timeout = timeout
-        self._cache: dict[bytes, bytes] = {}
-        self._generation = -1
+        self._cache: dict[bytes, tuple[bytes, Any]] = {}
+        self._by_owner: dict[tuple[str, str] | None, list[bytes]] = {}
         self._udp: asyncio.DatagramTransport | None = None
         self._tcp: asyncio.Server | None = None
         self.port = 0
+        self._local_requests = {proto: REQUESTS.labels(proto, zone.domain) for proto in ("udp", "tcp")}
+        zone.listeners.append(self._invalidate)
 
     # -- answering -----------------------------------------------------------------------------
 
+    def _invalidate(self, owner: tuple[str, str]) -> None:
+        for group in (owner, None):
+            for key in self._by_owner.pop(group, ()):
+                self._cache.pop(key, None)
+
     def answer_local(self, data: bytes, max_size: int) -> bytes | None:
         """The reply from the zone, or None when the name must be forwarded."""
-        if self._generation != self.zone.generation:
-            self._cache.clear()
-            self._generation = self.zone.generation
-        q = parse_question(data)
-        key = bytes((data[2] & 0x01, max_size > UDP_MAX)) + data[12 : q.end]
+        end = question_end(data)
+        q = None
+        if end < 0:
+            q = parse_question(data)
+            end = q.end
+        key = bytes((data[2] & 0x79, max_size > UDP_MAX)) + data[12:end]
         cached = self._cache.get(key)
         if cached is not None:
-            return data[:2] + cached
+            cached[1].inc()
+            return data[:2] + cached[0]
+        q = q or parse_question(data)
         answer = self.zone.lookup(q.name, q.qtype)
         if answer is None:
             return None
         reply = build_response(
             data, q, answer.rcode, answer.answers, answer.authority, answer.additional, max_size=max_size
         )
+        counter = RESPONSES.labels(str(answer.rcode))
+        counter.inc()
         if len(self._cache) < CACHE_MAX:
-            self._cache[key] = reply[2:]
-        RESPONSES.labels(str(answer.rcode)).inc()
+            self._cache[key] = (reply[2:], counter)
+            self._by_owner.setdefault(self.zone.owner(q.name.lower()), []).append(key)
         return reply
 
     async def forward(self, data: bytes) -> bytes:
@@ -137,7 +173,7 @@ class DNSServer:
         except WireError:
             return self._error(data, FORMERR) if len(data) >= 2 else None
         if reply is not None:
-            REQUESTS.labels(proto, self.zone.domain).inc()
+            self._local_requests[proto].inc()
             return reply
         REQUESTS.labels(proto, ".").inc()
         return await self.forward(data)
@@ -200,7 +236,7 @@ class _UDPServer(asyncio.DatagramProtocol):
                 self.transport.sendto(server._error(data, FORMERR), addr)
             return
         if reply is not None:
-            REQUESTS.labels("udp", server.zone.domain).inc()
+            server._local_requests["udp"].inc()
             if self.transport is not None:
                 self.transport.sendto(reply, addr)
             return

@@ -1,6 +1,8 @@
 """DNS wire format (RFC 1035, SRV from RFC 2782, AAAA from RFC 3596): just what a cluster DNS
-server and its tests need. Queries are parsed without copying names twice; answers are written
-uncompressed, which keeps encoding simple and cacheable.
+server and its tests need. Queries are parsed without copying names twice. Replies compress the
+owner names of their records against the question and each other (RFC 1035 4.1.4), as a headless
+Service's SRV answer with its addresses would not fit 512 bytes otherwise; names inside record data
+are written whole (RFC 2782 forbids compressing SRV targets).
 """
 
 from __future__ import annotations
@@ -142,8 +144,42 @@ def build_query(name: str, qtype: int, ident: int = 0, rd: bool = True) -> bytes
     )
 
 
-def encode_rr(rec: Record) -> bytes:
-    return encode_name(rec.name) + _RR.pack(rec.rtype, CLASS_IN, rec.ttl, len(rec.rdata)) + rec.rdata
+def _question_suffixes(question: bytes) -> dict[str, int] | None:
+    """Offsets of every suffix of the question name, keyed by its lowercased text; None when the
+    query compressed it (its pointers lead into the query, not the reply)."""
+    table: dict[str, int] = {}
+    labels: list[tuple[int, str]] = []
+    i = 0
+    while i < len(question) and question[i]:
+        length = question[i]
+        if length & 0xC0:
+            return None
+        labels.append((12 + i, question[i + 1 : i + 1 + length].decode("latin-1").lower()))
+        i += length + 1
+    for k, (offset, _) in enumerate(labels):
+        table[".".join(label for _, label in labels[k:])] = offset
+    return table
+
+
+def _compress(name: str, offset: int, table: dict[str, int]) -> bytes:
+    """`name` written at `offset`: its labels up to the longest suffix already written, then a pointer."""
+    labels = [label for label in name.rstrip(".").split(".") if label]
+    out = bytearray()
+    for k in range(len(labels)):
+        suffix = ".".join(labels[k:]).lower()
+        pointer = table.get(suffix)
+        if pointer is not None:
+            out += (0xC000 | pointer).to_bytes(2, "big")
+            return bytes(out)
+        if offset + len(out) < 0x4000:
+            table[suffix] = offset + len(out)
+        raw = labels[k].encode("idna") if not labels[k].isascii() else labels[k].encode()
+        if len(raw) > 63:
+            raise WireError(f"label too long: {labels[k]!r}")
+        out.append(len(raw))
+        out += raw
+    out.append(0)
+    return bytes(out)
 
 
 def build_response(
@@ -159,16 +195,21 @@ def build_response(
     """A reply echoing the question; past `max_size` (UDP) the answer is cut and TC set."""
     flags = 0x8000 | (q.flags & 0x7900) | (0x0400 if authoritative else 0) | 0x0080 | rcode
     question = query[12 : q.end]
-    body = (
-        b"".join(encode_rr(r) for r in answers)
-        + b"".join(encode_rr(r) for r in authority)
-        + b"".join(encode_rr(r) for r in additional)
-    )
+    table = _question_suffixes(question)
+    if table is None:
+        question = encode_name(q.name) + struct.pack("!HH", q.qtype, q.qclass)
+        table = _question_suffixes(question) or {}
+    body = bytearray()
+    start = 12 + len(question)
+    for rec in (*answers, *authority, *additional):
+        body += _compress(rec.name, start + len(body), table)
+        body += _RR.pack(rec.rtype, CLASS_IN, rec.ttl, len(rec.rdata))
+        body += rec.rdata
     counts = (len(answers), len(authority), len(additional))
-    if max_size and 12 + len(question) + len(body) > max_size:
+    if max_size and start + len(body) > max_size:
         flags |= 0x0200
-        body, counts = b"", (0, 0, 0)
-    return _HEADER.pack(q.id, flags, 1, *counts) + question + body
+        body, counts = bytearray(), (0, 0, 0)
+    return _HEADER.pack(q.id, flags, 1, *counts) + question + bytes(body)
 
 
 def rdata_a(ip: str) -> bytes:

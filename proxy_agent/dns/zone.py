@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,14 +54,16 @@ class ClusterZone:
         self.ttl = ttl
         self.services: dict[tuple[str, str], Obj] = {}
         self.slices: dict[tuple[str, str], dict[str, Obj]] = {}
-        self.generation = 0
         self.serial = int(time.time())
+        #: called with the (namespace, service) whose names may answer differently now
+        self.listeners: list[Callable[[tuple[str, str]], None]] = []
 
     # -- cache maintenance ---------------------------------------------------------------------
 
-    def _changed(self) -> None:
-        self.generation += 1
+    def _changed(self, key: tuple[str, str]) -> None:
         self.serial = max(self.serial + 1, int(time.time()))
+        for listener in self.listeners:
+            listener(key)
 
     def set_service(self, svc: Obj, deleted: bool = False) -> None:
         meta = svc["metadata"]
@@ -69,7 +72,7 @@ class ClusterZone:
             self.services.pop(key, None)
         else:
             self.services[key] = svc
-        self._changed()
+        self._changed(key)
 
     def set_slice(self, sl: Obj, deleted: bool = False) -> None:
         meta = sl["metadata"]
@@ -82,9 +85,16 @@ class ClusterZone:
             bucket.pop(meta["name"], None)
         else:
             bucket[meta["name"]] = sl
-        self._changed()
+        self._changed(key)
 
     # -- lookups -------------------------------------------------------------------------------
+
+    def owner(self, name: str) -> tuple[str, str] | None:
+        """The (namespace, service) a lowercased name under `<ns>.svc.<domain>` is about, else None."""
+        if not name.endswith(".svc." + self.domain):
+            return None
+        labels = name[: -len(self.domain) - 5].split(".")
+        return (labels[-1], labels[-2]) if len(labels) >= 2 else None
 
     def in_zone(self, name: str) -> bool:
         return name == self.domain or name.endswith("." + self.domain)

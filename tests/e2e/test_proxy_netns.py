@@ -257,19 +257,24 @@ async def test_partial_syncs_leave_the_kernel_as_a_full_sync_would(mode: str) ->
         await backend.apply(backend.render(state, None))
         steps = [
             lambda: tracker.slice_update(endpoint_slice("web-a", "web", [("10.244.0.2", "n1")], port_name="http")),
+            # same count, another address: a map element whose key stays and whose value changes
+            lambda: tracker.slice_update(endpoint_slice("web-a", "web", [("10.244.0.7", "n1")], port_name="http")),
             lambda: tracker.slice_update(endpoint_slice("aff-a", "aff", [("10.244.0.2", "n1")])),
             lambda: tracker.slice_update(endpoint_slice("empty-a", "empty", [("10.244.0.9", "n1")])),
             lambda: tracker.service_update(service("np", clusterIP="10.96.0.11"), None),
             lambda: tracker.slice_update(endpoint_slice("web-a", "web", [], port_name="http")),
             lambda: tracker.service_update(service("aff", clusterIP="10.96.0.12"), None),
         ]
-        for step in steps:
+        for i, step in enumerate(steps):
             step()
             changed = tracker.take()
             tracker.apply(state, changed)
             ruleset = backend.render(state, changed)
             assert not ruleset.full
             await backend.apply(ruleset)
+            if i == 1:
+                now = "\n".join(_kernel_rules(mode, ns))
+                assert "10.244.0.7" in now and "10.96.0.10 . tcp . 80 . 0 : 10.244.0.2 . 8080" not in now
         partial = _kernel_rules(mode, ns)
         fresh = make()
         await fresh.apply(fresh.render(state, None))
@@ -278,4 +283,51 @@ async def test_partial_syncs_leave_the_kernel_as_a_full_sync_would(mode: str) ->
         assert not any("ns/np" in line for line in partial)
     finally:
         sh("ip", "netns", "del", ns, check=False)
+        shutil.rmtree(wrappers, ignore_errors=True)
+
+
+async def test_iptables_nft_full_sync_in_batches_leaves_what_one_restore_would() -> None:
+    """iptables-nft full syncs go in batches of Services' chains (one run would be quadratic): the kernel
+    ends up as after the same ruleset in one iptables-nft-restore."""
+    from proxy_agent.backends import run_tool
+    from proxy_agent.backends.iptables import BATCH_RULES, IptablesBackend
+    from proxy_agent.tracker import ChangeTracker, ProxyState
+    from tests.unit.proxy.fixtures import endpoint_slice, service
+
+    if not shutil.which("iptables-nft-restore"):
+        pytest.skip("needs iptables-nft")
+    namespaces = [f"{P}-batch-{i}" for i in range(2)]
+    wrappers = Path(tempfile.mkdtemp(prefix=f"{P}-batch-"))
+    try:
+        backends = []
+        for ns in namespaces:
+            sh("ip", "netns", "add", ns)
+            (wrappers / ns).mkdir()
+            for tool in ("iptables", "iptables-restore", "iptables-save"):
+                (wrappers / ns / tool).write_text(
+                    f'#!/bin/sh\nexec ip netns exec {ns} {tool.replace("iptables", "iptables-nft")} "$@"\n'
+                )
+                (wrappers / ns / tool).chmod(0o755)
+            backends.append(IptablesBackend(str(wrappers / ns / "iptables")))
+        tracker = ChangeTracker()
+        services = BATCH_RULES // 8  # about 17 rules each: several batches
+        for i in range(services):
+            tracker.service_update(None, service(f"s{i}", clusterIP=f"10.96.{i // 250}.{i % 250 + 1}",
+                                                 ports=[{"name": "http", "port": 80}]))
+            eps = [(f"10.244.{i // 50}.{i % 50 * 5 + j + 1}", "n1") for j in range(5)]
+            tracker.slice_update(endpoint_slice(f"s{i}-a", f"s{i}", eps, port_name="http"))
+        state = ProxyState(node_name="n1", cluster_cidr="10.244.0.0/16")
+        tracker.apply(state, tracker.take())
+        batched, whole = (b.render(state, None) for b in backends)
+        assert batched.split is not None and len(batched.split()) >= 3
+        assert await backends[0].nft_backed()
+        await backends[0].apply(batched)
+        await backends[1].ensure_jumps()
+        await run_tool([backends[1].restore, "-w", "--noflush"], stdin=whole.text)
+        saved = [(await run_tool([b.save, "-t", "nat"]))[1] for b in backends]
+        rules = [sorted(line for line in text.splitlines() if "KUBE-" in line) for text in saved]
+        assert rules[0] == rules[1] and sum(line.startswith("-A KUBE-SEP-") for line in rules[0]) == services * 5 * 2
+    finally:
+        for ns in namespaces:
+            sh("ip", "netns", "del", ns, check=False)
         shutil.rmtree(wrappers, ignore_errors=True)

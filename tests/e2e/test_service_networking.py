@@ -157,8 +157,9 @@ def test_proxy_runs_in_the_requested_mode(setup: Setup) -> None:
         netns = f"--net=/var/run/netns/pyk8s-{setup.cluster.state.cluster_id}-{node}"
         if setup.mode == "nftables":
             tool = ["nsenter", netns, "nft", "list", "table", "ip", "kube-proxy"]
-        else:
-            tool = ["nsenter", netns, "iptables-save", "-t", "nat"]
+        else:  # pyk8s up runs kube-proxy on iptables-legacy where it is installed
+            save = "iptables-legacy-save" if shutil.which("iptables-legacy-save") else "iptables-save"
+            tool = ["nsenter", netns, save, "-t", "nat"]
         out = subprocess.run(tool, capture_output=True, text=True, timeout=30, check=False).stdout
         assert setup.cluster_ip in out, f"{node}: no rule for the ClusterIP in\n{out}"
 

@@ -107,9 +107,10 @@ def test_rules_follow_the_api(mode: str, apiserver: str, workdir: Path, unique_n
             assert f"{ns}/headless" not in text
         elif mode == "nftables":
             text = wait_file(out, lambda t: f"{ns}/web/tcp/http" in t)
-            assert f"{cip} . tcp . 80 : goto service-" in text
-            assert "numgen random mod 3 == 0 meta l4proto tcp dnat to 10.244.1.2:8080" in text
+            assert f"{cip} . tcp . 80 : goto pick-3" in text
+            assert f"{cip} . tcp . 80 . 0 : 10.244.1.2 . 8080" in text
             assert f"tcp . {node_port} : goto external-" in text
+            assert f"tcp . {node_port} . 0 : 10.244.1.2 . 8080" in text
         else:
             text = wait_file(out, lambda t: f"-A -t {cip}:80" in t)
             assert f"-a -t {cip}:80 -r 10.244.2.2:8080 -m -w 1" in text

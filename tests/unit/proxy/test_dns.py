@@ -20,6 +20,7 @@ from proxy_agent.dns.wire import (
     parse_message,
     parse_question,
     rdata_a,
+    rdata_srv,
     read_name,
 )
 from proxy_agent.dns.zone import ClusterZone
@@ -104,3 +105,50 @@ def test_cache_follows_zone_changes(zone: ClusterZone) -> None:
     zone.set_service(service("web", clusterIP="10.96.0.99", ports=[{"port": 80}]))
     again = parse_message(server.answer_local(build_query("web.ns.svc.cluster.local", A, ident=8), 512))
     assert again.values(A) == ["10.96.0.99"] and again.id == 8
+
+
+def test_cache_drops_only_what_a_change_is_about(zone: ClusterZone) -> None:
+    server = DNSServer(zone, [])
+    web = build_query("web.ns.svc.cluster.local", A, ident=1)
+    db = build_query("db-0.db.ns.svc.cluster.local", A, ident=2)
+    namespace = build_query("ns.svc.cluster.local", A, ident=3)
+    for q in (web, db, namespace):
+        server.answer_local(q, 512)
+    # zone.lookup is not consulted for what stays cached
+    calls: list[str] = []
+    lookup = zone.lookup
+    zone.lookup = lambda name, qtype: calls.append(name) or lookup(name, qtype)  # type: ignore[method-assign]
+    sl = endpoint_slice("db-1", "db", [("10.244.0.8", "n1")], port=5432, port_name="pg")
+    sl["endpoints"][0]["hostname"] = "db-0"
+    zone.set_slice(sl)
+    assert parse_message(server.answer_local(db, 512)).values(A) == ["10.244.0.8"]
+    assert parse_message(server.answer_local(web, 512)).values(A) == ["10.96.0.10"]
+    server.answer_local(namespace, 512)  # about no one Service: dropped on any change
+    assert calls == ["db-0.db.ns.svc.cluster.local.", "ns.svc.cluster.local."]
+    # a reply is cached per opcode/RD bits and echoes each query's ID; a compressed question still parses
+    reply = parse_message(server.answer_local(build_query("web.ns.svc.cluster.local", A, ident=9, rd=False), 512))
+    assert reply.id == 9 and not reply.flags & 0x0100 and reply.values(A) == ["10.96.0.10"]
+    compressed = web[:12] + b"\x03web\xc0\x16" + b"\x00\x01\x00\x01" + b"\x02ns\x03svc\x07cluster\x05local\x00"
+    reply = parse_message(server.answer_local(compressed, 512))
+    assert reply.questions == [("web.ns.svc.cluster.local.", A)] and reply.values(A) == ["10.96.0.10"]
+    with pytest.raises(WireError):
+        server.answer_local(web[:14], 512)
+    assert zone.owner("_pg._tcp.db.ns.svc.cluster.local.") == ("ns", "db")
+    assert zone.owner("ns.svc.cluster.local.") is None and zone.owner("a-b-c-d.ns.pod.cluster.local.") is None
+
+
+def test_reply_names_are_compressed_against_the_question() -> None:
+    ns = "a-namespace-with-a-rather-long-generated-name-0123456789"
+    base = f"db.{ns}.svc.cluster.local."
+    query = build_query(f"_http._tcp.{base}", SRV, ident=5)
+    q = parse_question(query)
+    answers = [Record(q.name, SRV, 5, rdata_srv(0, 100, 80, f"web-{i}.{base}")) for i in range(3)]
+    additional = [Record(f"web-{i}.{base}", A, 5, rdata_a(f"10.244.0.{i + 1}")) for i in range(3)]
+    reply = build_response(query, q, 0, answers, [], additional, max_size=512)
+    uncompressed = len(query) + sum(len(encode_name(r.name)) + 10 + len(r.rdata) for r in answers + additional)
+    assert len(reply) < 512 < uncompressed  # would be truncated without compression
+    msg = parse_message(reply)
+    assert not msg.truncated and [rd[3] for rd in msg.values(SRV)] == [f"web-{i}.{base}" for i in range(3)]
+    expected = [(f"web-{i}.{base}", f"10.244.0.{i + 1}") for i in range(3)]
+    assert [(name, rd) for name, _, _, rd in msg.additional] == expected
+    assert reply.count(b"\x05_http") == 1 and reply.count(ns.encode()) == 4  # question + 3 SRV targets

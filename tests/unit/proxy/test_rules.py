@@ -11,9 +11,9 @@ import pytest
 
 from proxy_agent.__main__ import choose_iptables
 from proxy_agent.backends import b32_hash
-from proxy_agent.backends.iptables import IptablesBackend, sep_chain, svc_chain
+from proxy_agent.backends.iptables import LARGE_CLUSTER_ENDPOINTS, IptablesBackend, sep_chain, svc_chain
 from proxy_agent.backends.ipvs import IpvsBackend
-from proxy_agent.backends.nftables import NftablesBackend, chain_base, endpoint_base
+from proxy_agent.backends.nftables import PICK_MAX, NftablesBackend, chain_base, endpoint_base
 from proxy_agent.tracker import ChangeTracker, Endpoint, ProxyState, ServicePort, ServicePortName, usable
 from tests.unit.proxy.fixtures import endpoint_slice, representative, service
 
@@ -95,17 +95,31 @@ def test_masquerade_all_and_nodeport_addresses() -> None:
 def test_nftables_structure() -> None:
     _, state = representative()
     text = NftablesBackend().render(state, None).text
+    lines = text.splitlines()
     assert "delete table ip kube-proxy" in text
     assert "type nat hook output priority -100" in text
-    web = "add rule ip kube-proxy service-Y6QD5CCT-ns/web/tcp/http "
-    # no anonymous maps (each costs the kernel a scan of every set): one rule per endpoint instead
-    assert [line[len(web) :] for line in text.splitlines() if line.startswith(web)] == [
-        "numgen random mod 3 == 0 meta l4proto tcp dnat to 10.244.0.2:8080",
-        "numgen random mod 2 == 0 meta l4proto tcp dnat to 10.244.0.3:8080",
-        "meta l4proto tcp dnat to 10.244.1.2:8080",
-    ]
+    # no anonymous maps (each costs the kernel a scan of every set), and no chain per plain Service:
+    # its dispatch goes to the shared chain for its endpoint count, which looks the endpoint up
     assert " map {" not in text and "vmap {" not in text
-    endpoint_chains = [line for line in text.splitlines() if line.startswith("add chain ip kube-proxy endpoint-")]
+    assert not any(line.startswith("add chain ip kube-proxy service-Y6QD5CCT-ns/web/") for line in lines)
+    assert "10.96.0.10 . tcp . 80 : goto pick-3" in text
+    assert (
+        "10.96.0.10 . tcp . 80 . 0 : 10.244.0.2 . 8080, 10.96.0.10 . tcp . 80 . 1 : 10.244.0.3 . 8080, "
+        "10.96.0.10 . tcp . 80 . 2 : 10.244.1.2 . 8080" in text
+    )
+    assert [line for line in lines if line.startswith("add rule ip kube-proxy pick-3 ")] == [
+        "add rule ip kube-proxy pick-3 dnat to ip daddr . meta l4proto . th dport . numgen random mod 3 "
+        "map @service-endpoints",
+        "add rule ip kube-proxy pick-3 dnat to meta l4proto . th dport . numgen random mod 3 map @nodeport-endpoints",
+    ]
+    # a NodePort: its external chain masquerades and picks by NodePort in nodeport-endpoints
+    assert "tcp . 30080 . 1 : 10.244.0.3 . 8080" in text
+    assert "add rule ip kube-proxy external-2EDQ4YIA-ns/np/tcp/ goto pick-2" in lines
+    # externalTrafficPolicy Local: external traffic only to this node's endpoint, by one DNAT rule
+    assert [line for line in lines if line.startswith("add rule ip kube-proxy local-XU3LWRNP-ns/loc/tcp/ ")] == [
+        "add rule ip kube-proxy local-XU3LWRNP-ns/loc/tcp/ meta l4proto tcp dnat to 10.244.0.2:8080"
+    ]
+    endpoint_chains = [line for line in lines if line.startswith("add chain ip kube-proxy endpoint-")]
     assert len(endpoint_chains) == 2 and all("-ns/aff/" in line for line in endpoint_chains)  # affinity only
     assert "10.96.0.15 . tcp . 80 : goto reject-chain" in text
     assert "10.96.0.14 . tcp . 80 : drop" in text
@@ -115,6 +129,20 @@ def test_nftables_structure() -> None:
     assert "ct status dnat ip saddr . ip daddr @hairpin-endpoints meta mark set" in text
     # 10.244.1.2 runs on n2: its traffic is DNATed there, so only n1's pods can hairpin here
     assert "hairpin-endpoints { 10.244.0.2 . 10.244.0.2, 10.244.0.3 . 10.244.0.3 }\n" in text
+
+
+def test_nftables_many_endpoints_use_a_chain_of_their_own() -> None:
+    tracker, state = representative()
+    many = [(f"10.244.2.{i}", "n2") for i in range(1, PICK_MAX + 2)]
+    tracker.slice_update(endpoint_slice("web-a", "web", many, port_name="http"))
+    tracker.apply(state, tracker.take())
+    text = NftablesBackend().render(state, None).text
+    web = "add rule ip kube-proxy service-Y6QD5CCT-ns/web/tcp/http "
+    rules = [line[len(web) :] for line in text.splitlines() if line.startswith(web)]
+    assert len(rules) == PICK_MAX + 1
+    assert rules[0] == f"numgen random mod {PICK_MAX + 1} == 0 meta l4proto tcp dnat to 10.244.2.1:8080"
+    assert rules[-1] == f"meta l4proto tcp dnat to 10.244.2.{PICK_MAX + 1}:8080"
+    assert "10.96.0.10 . tcp . 80 : goto service-Y6QD5CCT-ns/web/tcp/http" in text
 
 
 def test_ipvs_output() -> None:
@@ -149,6 +177,10 @@ def test_iptables_partial_sync_rewrites_only_changed_chains() -> None:
     assert f":{svc_chain(state.services[ServicePortName('ns', 'web', 'http')])} - [0:0]" in lines
     assert not any(line.startswith(":KUBE-SVC-") and "np" in line for line in lines)
     assert text.count("-X KUBE-SEP-") == 2  # two endpoints went away
+    # the endpoint that stays keeps its chain as it is in the kernel: not declared, not rewritten
+    web = state.services[ServicePortName("ns", "web", "http")]
+    kept = sep_chain(web, state.endpoints[web.name][0])
+    assert f"-j {kept}" in text and f":{kept} " not in text and f"-A {kept} " not in text
     # the dispatch rules did not change, so the top-level chains (10,000 rules at scale) are left alone
     assert ":KUBE-SERVICES" not in text and "*filter" not in text and "ns/np" not in text
     assert partial.counts == b.render(state, None).counts
@@ -165,6 +197,28 @@ def test_iptables_partial_sync_rewrites_only_changed_chains() -> None:
     assert "-X KUBE-SVC-" in text and "-X KUBE-EXT-" in text and "ns/np" not in text.replace("-X", "")
 
 
+def test_iptables_large_cluster_mode_drops_endpoint_comments() -> None:
+    tracker, state = representative()
+    b = IptablesBackend()
+    small = b.render(state, None).text
+    assert '-m comment --comment "ns/web:http -> 10.244.0.2:8080"' in small
+    assert re.search(r"-A KUBE-SEP-\S+ -m comment --comment ns/web:http -s 10.244.0.2/32", small)
+    many = [(f"10.244.{2 + i // 250}.{i % 250 + 1}", "n1") for i in range(LARGE_CLUSTER_ENDPOINTS)]
+    tracker.slice_update(endpoint_slice("big-a", "web", many, port_name="http"))
+    changed = _change(tracker, state)
+    large = b.render(state, changed)
+    # crossing the threshold rewrites every Service's chains without the comments: a full sync
+    assert large.full and ":KUBE-SERVICES - [0:0]" in large.text
+    text = large.text
+    assert re.search(r"-A KUBE-SVC-\S+ -m statistic --mode random --probability \S+ -j KUBE-SEP-", text)
+    assert re.search(r"-A KUBE-SEP-\S+ -s 10.244.0.2/32 -j KUBE-MARK-MASQ", text)
+    assert re.search(r"-A KUBE-SEP-\S+ -m tcp -p tcp -j DNAT --to-destination 10.244.0.3:8080", text)
+    assert "-> 10.244" not in text and "--comment ns/np -s" not in text
+    assert '"ns/web:http cluster IP"' in text  # dispatch rules keep theirs, as upstream
+    tracker.slice_update(endpoint_slice("big-a", "web", many[:10], port_name="http"))
+    assert b.render(state, _change(tracker, state)).full
+
+
 def test_nftables_partial_sync_touches_only_changed_objects() -> None:
     tracker, state = representative()
     b = NftablesBackend()
@@ -172,11 +226,12 @@ def test_nftables_partial_sync_touches_only_changed_objects() -> None:
     tracker.slice_update(endpoint_slice("web-a", "web", [("10.244.0.2", "n1")], port_name="http"))
     partial = b.render(state, _change(tracker, state))
     assert not partial.full
-    web = "ip kube-proxy service-Y6QD5CCT-ns/web/tcp/http"
+    # an endpoint change is element updates only: the dispatch moves to the one-endpoint chain
     assert partial.text.splitlines() == [
         "add table ip kube-proxy",
-        f"flush chain {web}",
-        f"add rule {web} meta l4proto tcp dnat to 10.244.0.2:8080",
+        "delete element ip kube-proxy service-ips { 10.96.0.10 . tcp . 80 }",
+        "delete element ip kube-proxy service-endpoints { 10.96.0.10 . tcp . 80 . 1, 10.96.0.10 . tcp . 80 . 2 }",
+        "add element ip kube-proxy service-ips { 10.96.0.10 . tcp . 80 : goto pick-1 }",
     ]
     # the endpoints go away: only the map elements of this Service change, in one transaction
     tracker.slice_update(endpoint_slice("web-a", "web", [], port_name="http"))
@@ -184,9 +239,8 @@ def test_nftables_partial_sync_touches_only_changed_objects() -> None:
     assert text.splitlines() == [
         "add table ip kube-proxy",
         "delete element ip kube-proxy service-ips { 10.96.0.10 . tcp . 80 }",
+        "delete element ip kube-proxy service-endpoints { 10.96.0.10 . tcp . 80 . 0 }",
         "add element ip kube-proxy no-endpoint-services { 10.96.0.10 . tcp . 80 : goto reject-chain }",
-        f"flush chain {web}",
-        f"delete chain {web}",
     ]
     # an affinity Service losing an endpoint drops that endpoint's chain and affinity set
     tracker.slice_update(endpoint_slice("aff-a", "aff", [("10.244.0.2", "n1")]))
@@ -200,7 +254,9 @@ def test_nftables_partial_sync_touches_only_changed_objects() -> None:
     text = b.render(state, _change(tracker, state)).text
     assert "delete element ip kube-proxy hairpin-endpoints { 10.244.0.3 . 10.244.0.3 }" in text
     assert "delete element ip kube-proxy service-nodeports { tcp . 30080 }" in text
-    assert "delete chain ip kube-proxy service-2EDQ4YIA-ns/np/tcp/" in text
+    assert "delete element ip kube-proxy nodeport-endpoints { tcp . 30080 . 0, tcp . 30080 . 1 }" in text
+    assert "delete chain ip kube-proxy external-2EDQ4YIA-ns/np/tcp/" in text
+    assert "pick-" not in text.replace("goto pick-", "")  # the shared chains stay
 
 
 def test_tracker_ignores_irrelevant_service_updates() -> None:
