@@ -16,26 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from deploy.nodes import CONTAINERD_CONFIG, oci_runtime
 from kubelet_agent.images import build_busybox, build_pause, import_image
 
 CONTAINERD = shutil.which("containerd") or "/usr/bin/containerd"
-
-CONFIG = """version = 2
-root = "{root}"
-state = "{state}"
-[grpc]
-  address = "{sock}"
-[ttrpc]
-  address = "{sock}.ttrpc"
-[debug]
-  address = ""
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "registry.k8s.io/pause:3.10"
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "{cni}"
-"""
 
 
 @dataclass
@@ -106,7 +90,8 @@ def start_containerd(base: Path, name: str, node_ip: str = "10.99.0.2") -> Conta
         (base / d).mkdir(parents=True, exist_ok=True)
     sock = base / "containerd.sock"
     cfg = base / "config.toml"
-    cfg.write_text(CONFIG.format(root=base / "root", state=base / "state", sock=sock, cni=base / "cni"))
+    cfg.write_text(CONTAINERD_CONFIG.format(root=base / "root", state=base / "state", sock=sock, cni=base / "cni",
+                                           oci_runtime=oci_runtime()))
     _ip("netns", "add", name)
     _ip("-n", name, "link", "set", "lo", "up")
     _ip("-n", name, "link", "add", "node0", "type", "veth", "peer", "name", "node0p")
