@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import random
 import time
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ from scheduler.framework.interface import (
     NodeToStatus,
     NominatingInfo,
     Obj,
+    Plugin,
     QueuedPodInfo,
     Snapshot,
     Status,
@@ -128,6 +130,17 @@ class ScheduleResult:
     feasible_nodes: int
 
 
+def _rotated_slice(nodes: list[NodeInfo], start: int, lo: int, hi: int) -> list[NodeInfo]:
+    """Items lo..hi of `nodes` rotated to begin at `start`, without copying the whole rotation."""
+    n = len(nodes)
+    a, b = start + lo, start + hi
+    if b <= n:
+        return nodes[a:b]
+    if a >= n:
+        return nodes[a - n:b - n]
+    return nodes[a:] + nodes[:b - n]
+
+
 def _assigned(pod: Obj) -> bool:
     return bool((pod.get("spec") or {}).get("nodeName"))
 
@@ -203,6 +216,8 @@ class Scheduler:
                 nominator=self.queue.nominator, snapshot=lambda: self.snapshot,
                 namespace_labels=self._namespace_labels, waiting_pods=self.waiting_pods)
         self._first = next(iter(self.profiles.values()))
+        if type(self._first.queue_sort).sort_key is not Plugin.sort_key:
+            self.queue.sort_key = self._first.queue_sort.sort_key
         self._register_handlers()
 
     # -- queue callbacks --------------------------------------------------------------------------
@@ -511,12 +526,11 @@ class Scheduler:
         else:
             # In chunks sized by the pass rate seen so far; nodes past the one where a node-by-node
             # search would have stopped are then dropped, so the outcome is the same.
-            order = nodes[start:] + nodes[:start] if start else nodes
             while processed < num_all and len(feasible) < to_find:
                 needed = to_find - len(feasible)
                 size = needed if not processed or len(feasible) == processed else (
                     needed * processed // max(len(feasible), 1) + 16)
-                chunk = order[processed:processed + size]
+                chunk = _rotated_slice(nodes, start, processed, min(processed + size, num_all))
                 passed, err = fwk.run_filter_plugins_on(state, pod, chunk, statuses)
                 if err is not None:
                     return [], err
@@ -552,8 +566,8 @@ class Scheduler:
         best = max(scores)
         if scores.count(best) == 1:
             return nodes[scores.index(best)].name
-        winners = [i for i, s in enumerate(scores) if s == best]
-        return nodes[random.choice(winners)].name
+        winners = list(itertools.compress(nodes, map(best.__eq__, scores)))
+        return random.choice(winners).name
 
     # -- binding cycle ----------------------------------------------------------------------------
 

@@ -142,7 +142,9 @@ class WatchStream:
                 if remaining <= 0:
                     return
                 try:
-                    await asyncio.wait_for(w.wakeup.wait(), min(remaining, BOOKMARK_INTERVAL))
+                    # A timeout scope, not wait_for: no extra task per wake-up (one per change per watch).
+                    async with asyncio.timeout(min(remaining, BOOKMARK_INTERVAL)):
+                        await w.wakeup.wait()
                 except TimeoutError:
                     if self.allow_bookmarks and not w.queue and time.monotonic() < self.deadline:
                         yield self._bookmark(self.store.ctx.cache.revision)

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import aetcd
+import grpc
 import structlog
 from aetcd import exceptions as etcd_errors
 from aetcd import rpc
@@ -59,6 +60,10 @@ class RevisionMismatch(Exception):
     def __init__(self, current: KV | None) -> None:
         super().__init__("revision mismatch")
         self.current = current
+
+
+class WatchCanceled(Exception):
+    """etcd ended a watch for a reason other than compaction; the watch resumes."""
 
 
 class Compacted(Exception):
@@ -105,6 +110,7 @@ def _kv(raw: Any) -> KV:
 
 
 _EQ = rpc.Compare.EQUAL
+_DELETE = rpc.Event.DELETE
 
 
 def _absent(key: str) -> Any:
@@ -385,30 +391,37 @@ class EtcdStore:
             generation = self._generation
             try:
                 client = await self._connect()
-                watch = await client.watch(key, range_end=end, start_revision=next_revision)
-                failures = 0
+                # Straight on the gRPC stream rather than through aetcd's watcher, which hands every
+                # event through a lock, a wrapper object, a callback and a queue to another task.
+                call = rpc.WatchStub(client.channel).Watch(metadata=client.metadata)
                 try:
-                    async for ev in watch:
-                        kv = ev.kv
-                        yield WatchEvent(kv.key.decode(), kv.value, kv.mod_revision, ev.kind == "DELETE")
-                        next_revision = kv.mod_revision + 1
+                    await call.write(rpc.WatchRequest(create_request=rpc.WatchCreateRequest(
+                        key=key, range_end=end, start_revision=next_revision)))
+                    failures = 0
+                    while True:
+                        resp = await call.read()
+                        if resp is grpc.aio.EOF:
+                            break
+                        if resp.compact_revision:
+                            raise Compacted(resp.compact_revision)
+                        if resp.canceled:
+                            raise WatchCanceled(resp.cancel_reason or "watch canceled by etcd")
+                        for ev in resp.events:
+                            kv = ev.kv
+                            yield WatchEvent(kv.key.decode(), kv.value, kv.mod_revision, ev.type == _DELETE)
+                            next_revision = kv.mod_revision + 1
                 finally:
-                    try:
-                        await asyncio.wait_for(watch.cancel(), 1.0)
-                    except Exception:  # noqa: BLE001 - the stream may already be gone
-                        pass
+                    call.cancel()
                 if self._generation == generation:
-                    # The stream ended without an error: the client was closed; reconnect.
+                    # The stream ended without an error: the channel was closed; reconnect.
                     await self._failover(generation)
-            except etcd_errors.RevisionCompactedError as exc:
-                raise Compacted(exc.compacted_revision) from exc
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
                     raise
                 failures += 1
                 await self._failover(generation)
-            except (*_RETRIABLE, OSError, etcd_errors.ClientError) as exc:
+            except (*_RETRIABLE, OSError, etcd_errors.ClientError, WatchCanceled) as exc:
                 failures += 1
                 log.warning("etcd watch broke, resuming", error=str(exc), revision=next_revision)
                 await self._failover(generation)

@@ -1043,6 +1043,11 @@ class Plugin:
         """QueueSort: does `a` go before `b`?"""
         raise NotImplementedError
 
+    def sort_key(self, qp: QueuedPodInfo) -> Any:
+        """QueueSort, optional: a key fixed while the pod waits in activeQ whose order is exactly
+        `less`'s; the queue then compares keys instead of calling `less`. None: use `less`."""
+        return None
+
     def events_to_register(self) -> list[ClusterEventWithHint]:
         """Cluster events that may make a pod this plugin rejected schedulable again."""
         return []

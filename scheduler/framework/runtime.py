@@ -388,7 +388,7 @@ class Framework:
             else:
                 totals = list(map(operator.add, totals, map(operator.mul, values, itertools.repeat(weight))))
         if offset:
-            totals = [t + offset for t in totals]
+            totals = list(map(operator.add, totals, itertools.repeat(offset)))
         return totals, None
 
     # -- Reserve / Permit ---------------------------------------------------------------------------

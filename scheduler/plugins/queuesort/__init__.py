@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from scheduler.framework.interface import Plugin, QueuedPodInfo, pod_priority
 
 
@@ -11,3 +13,6 @@ class PrioritySort(Plugin):
     def less(self, a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
         pa, pb = pod_priority(a.pod), pod_priority(b.pod)
         return pa > pb or (pa == pb and (a.timestamp, a.seq) < (b.timestamp, b.seq))
+
+    def sort_key(self, qp: QueuedPodInfo) -> Any:
+        return (-pod_priority(qp.pod), qp.timestamp, qp.seq)

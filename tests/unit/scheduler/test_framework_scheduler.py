@@ -97,6 +97,20 @@ async def test_round_robin_start_and_budget(sched: Scheduler) -> None:
     assert sched.next_start_node_index == (288 + 144) % 300
 
 
+async def test_round_robin_search_wraps_around_with_rejections(sched: Scheduler) -> None:
+    # Every odd node is too small: the search from index 250 wraps past the end of the node list and
+    # stops at the node where a node-by-node search would have found its 144th fit.
+    load(sched, *[make_node(f"n{i:03d}", cpu="4" if i % 2 == 0 else "100m") for i in range(300)])
+    order = [ni.name for ni in sched.snapshot.list()]
+    sched.next_start_node_index = 250
+    result, _, _ = run(sched, make_pod("p", cpu="1"))
+    rotated = order[250:] + order[:250]
+    fits = [i for i, name in enumerate(rotated) if int(name[1:]) % 2 == 0]
+    assert result is not None and result.feasible_nodes == 144
+    assert result.evaluated_nodes == fits[143] + 1
+    assert sched.next_start_node_index == (250 + fits[143] + 1) % 300
+
+
 async def test_ties_broken_at_random() -> None:
     nodes = [NodeInfo(make_node(n)) for n in ("a", "b", "c")]
     seen = {Scheduler.select_host(nodes, [5, 7, 7]) for _ in range(200)}
