@@ -208,6 +208,11 @@ READ_METHODS = ("GET", "HEAD", "OPTIONS")
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
 
+def _upstream_500(req: Req, r: httpx.Response) -> bool:
+    """Upstream answers 500 too when nodes/proxy has no node address to dial (GetPreferredNodeAddress's error)."""
+    return "/nodes/" in req.path and "/proxy" in req.path and "no preferred addresses found" in r.text
+
+
 def problem_with(world: World, req: Req) -> str | None:
     """What is wrong with the apiserver's answer to `req`, or None."""
     world.sync()
@@ -217,7 +222,7 @@ def problem_with(world: World, req: Req) -> str | None:
     except httpx.HTTPError as exc:
         return f"no answer ({exc!r}) to {req.describe()}\n{world.server.log_tail(30)}"
     code = r.status_code
-    if code >= 500:
+    if code >= 500 and not _upstream_500(req, r):
         return f"{code} {r.text[:500]} for {req.describe()}\n{world.server.log_tail(30)}"
     if code >= 400 and req.method != "HEAD":
         try:
