@@ -14,6 +14,7 @@ from kubelet_agent import cni
 from kubelet_agent.cri.types import Runtime
 from kubelet_agent.eviction import DEFAULT_EVICTION_HARD, EvictionManager, empty_dir_violations, parse_thresholds
 from kubelet_agent.node import NODES, NodeAgent, NodeConfig
+from kubelet_agent.pods.admission import admit
 from kubelet_agent.pods.events import EventRecorder
 from kubelet_agent.pods.gate import StartGate
 from kubelet_agent.pods.netns import Dialer
@@ -92,6 +93,7 @@ class Kubelet:
         self.node_informer: Informer | None = None
         self._cidr_seen = asyncio.Event()
         self.eviction: EvictionManager | None = None
+        self.rejections: EventRecorder | None = None
 
     @property
     def name(self) -> str:
@@ -128,6 +130,7 @@ class Kubelet:
             cluster_domain=self.options.cluster_domain, host_dns=read_resolv_conf(self.options.resolv_conf),
             resync=None if simulated else 10.0, gate=None if simulated else StartGate(self._start_parallelism()),
         )
+        self.rejections = self.ctx.events or EventRecorder(self.client, self.name)
         self.runtime.set_listener(self._on_runtime_event)
         if self._own_status:
             self.status.start()
@@ -253,7 +256,7 @@ class Kubelet:
         uid = pod["metadata"]["uid"]
         worker = self.workers.get(uid)
         if worker is None:
-            self._spawn(pod)
+            self._spawn(pod, rejection=self._admit(pod))
         else:
             worker.update(pod)
 
@@ -268,12 +271,32 @@ class Kubelet:
         if worker is not None:
             worker.remove()
 
+    def _admit(self, pod: dict[str, Any]) -> tuple[str, str] | None:
+        """Admit a pod seen for the first time against the pods already admitted here.
+
+        A pod with a start time was accepted by a kubelet before (this one, before a restart), and a
+        finished or deleted pod needs no room, so neither is checked again.
+        """
+        status = pod.get("status") or {}
+        if status.get("startTime") or status.get("phase") in ("Succeeded", "Failed") or \
+                pod["metadata"].get("deletionTimestamp"):
+            return None
+        active = [w.pod for w in self.workers.values() if not w.terminal and w.rejected is None and not w.gone]
+        verdict = admit(pod, self.agent.node or {"metadata": {"name": self.name}}, active, self.agent.allocatable)
+        if verdict is not None and self.rejections is not None:
+            log.info("pod rejected", pod=f"{pod['metadata'].get('namespace')}/{pod['metadata'].get('name')}",
+                     reason=verdict[0], message=verdict[1])
+            self.rejections.record({"kind": "Pod", "metadata": pod["metadata"]}, "Warning", verdict[0], verdict[1])
+        return verdict
+
     def _spawn(self, pod: dict[str, Any], status_target: tuple[str, str] | None = None,
-               api_status: dict[str, Any] | None = None) -> PodWorker:
+               api_status: dict[str, Any] | None = None, rejection: tuple[str, str] | None = None) -> PodWorker:
         assert self.ctx is not None
         worker = PodWorker(self.ctx, pod, status_target=status_target)
         if api_status is not None:
             worker.api_status = api_status
+        if rejection is not None:
+            worker.reject(*rejection)
         uid = worker.uid
         self.workers[uid] = worker
         worker.start()

@@ -4,6 +4,9 @@ Containers start at once and run until stopped; init containers exit 0 at
 once. A pod annotation scripts a container instead:
 `hollow.pyk8s.io/container.<name>: "exit=<code>,after=<seconds>"` makes it exit with that code
 (every time it runs, so a non-zero code crash-loops), `"fail=<message>"` makes its start fail.
+Readiness probes pass unless `hollow.pyk8s.io/ready.<name>` (or, for every container,
+`hollow.pyk8s.io/ready`) is "false"; the prober reads the pod's current annotations, so changing
+them flips a running container's readiness.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from kubelet_agent.cri.types import (
 )
 
 ANNOTATION_PREFIX = "hollow.pyk8s.io/container."
+ANNOTATION_READY = "hollow.pyk8s.io/ready"
 _ids = itertools.count(1)
 
 
@@ -43,6 +47,12 @@ def parse_behavior(value: str) -> dict[str, str]:
         if key.strip():
             out[key.strip()] = val.strip()
     return out
+
+
+def simulated_ready(annotations: dict[str, str], container: str) -> bool:
+    """A hollow readiness probe's verdict for `container` from the pod's annotations."""
+    value = annotations.get(f"{ANNOTATION_READY}.{container}", annotations.get(ANNOTATION_READY, "true"))
+    return value.strip().lower() != "false"
 
 
 class HollowRuntime:

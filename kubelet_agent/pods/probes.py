@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 
+from kubelet_agent.cri.hollow import ANNOTATION_READY, simulated_ready
 from kubelet_agent.cri.types import Runtime, RuntimeError_
 from kubelet_agent.pods.netns import Dialer
 from kubelet_agent.pods.util import named_port
@@ -125,8 +126,10 @@ class ProbeManager:
 
     def __init__(self, runtime: Runtime, dialer: Dialer, wake: Callable[[], None],
                  on_failure: Callable[[str, str, str, str], None],
-                 on_event: Callable[[str, str, str], None]) -> None:
+                 on_event: Callable[[str, str, str], None],
+                 annotations: Callable[[], dict[str, str]] | None = None) -> None:
         self.runtime = runtime
+        self.annotations = annotations
         self.dialer = dialer
         self.wake = wake
         self.on_failure = on_failure
@@ -193,6 +196,9 @@ class ProbeManager:
         while True:
             result = await run_handler(probe, runtime=self.runtime, dialer=self.dialer, container_id=cid,
                                        container=spec, pod_ip=pod_ip, limit=timeout)
+            if (kind == "Readiness" and result.ok and self.runtime.simulated and self.annotations is not None
+                    and not simulated_ready(self.annotations(), name)):
+                result = ProbeResult(False, f"annotation {ANNOTATION_READY} says not ready")
             if result.ok:
                 successes, failures = successes + 1, 0
                 if successes >= success_threshold:

@@ -100,10 +100,12 @@ class PodWorker:
         self._task: asyncio.Task[None] | None = None
         self._mounts: dict[str, MountedVolume] = {}
         self._sandbox_spec: SandboxSpec | None = None
-        self.probes = ProbeManager(ctx.runtime, ctx.dialer, self.wake, self._on_probe_failure, self._on_probe_event)
+        self.probes = ProbeManager(ctx.runtime, ctx.dialer, self.wake, self._on_probe_failure, self._on_probe_event,
+                                   lambda: self.meta.get("annotations") or {})
         self.done = asyncio.Event()
         self.ticket = ctx.gate.ticket() if ctx.gate is not None else 0
         self.evicted: str | None = None
+        self.rejected: tuple[str, str] | None = None
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -142,6 +144,10 @@ class PodWorker:
         if self.evicted is None and not self.terminal:
             self.evicted = message
             self.wake()
+
+    def reject(self, reason: str, message: str) -> None:
+        """Admission refused the pod: it never starts and ends Failed with `reason` (before start())."""
+        self.rejected = (reason, f"Pod was rejected: {message}")
 
     def wake(self) -> None:
         self._wake.set()
@@ -211,6 +217,10 @@ class PodWorker:
         if self.gone or self.meta.get("deletionTimestamp"):
             await self.terminate()
             return True
+        if self.rejected is not None:
+            if not self.terminal:
+                self._publish(None, [], terminal=True)
+            return False
         sandboxes = sorted(await rt.list_sandboxes(self.uid), key=lambda s: s.attempt, reverse=True)
         containers = await rt.list_containers(self.uid)
         sandbox = sandboxes[0] if sandboxes else None
@@ -288,6 +298,10 @@ class PodWorker:
                                                       "reason": "TerminationByKubelet", "message": self.evicted}
             status["conditions"] = [c for c in status["conditions"] if c.get("type") != "DisruptionTarget"]
             status["conditions"].insert(0, target)
+        if self.rejected is not None:
+            status = {"phase": "Failed", "reason": self.rejected[0], "message": self.rejected[1],
+                      "qosClass": status["qosClass"], "startTime": status["startTime"],
+                      "conditions": list(self.api_status.get("conditions") or [])}
         if status["phase"] in ("Succeeded", "Failed"):
             self.terminal = True
         ns, name = self.status_target or (self.meta.get("namespace", ""), self.meta.get("name", ""))

@@ -213,3 +213,105 @@ def test_empty_dir_over_size_limit_is_evicted(kubelet: KubeletProcess, kubectl: 
     time.sleep(3)
     assert status(kubectl, unique_ns, "within")["phase"] == "Running"
     assert status(kubectl, unique_ns, "fill")["phase"] == "Failed"
+
+
+GRPC_HEALTH_SERVER = """
+import os, sys, grpc
+from concurrent import futures
+flag = sys.argv[2]
+def check(request, context):
+    return b"\\x08\\x02" if os.path.exists(flag) else b"\\x08\\x01"
+handler = grpc.method_handlers_generic_handler("grpc.health.v1.Health", {
+    "Check": grpc.unary_unary_rpc_method_handler(check, request_deserializer=None, response_serializer=None)})
+server = grpc.server(futures.ThreadPoolExecutor(2))
+server.add_generic_rpc_handlers((handler,))
+server.add_insecure_port("0.0.0.0:" + sys.argv[1])
+server.start()
+print("serving", flush=True)
+server.wait_for_termination()
+"""
+
+
+def events(kubectl: Kubectl, ns: str, pod: str) -> list[dict[str, Any]]:
+    return [e for e in kubectl.json("-n", ns, "get", "events")["items"] if e["involvedObject"]["name"] == pod]
+
+
+def test_grpc_readiness_probe_follows_health_service(kubelet: KubeletProcess, kubectl: Kubectl, unique_ns: str,
+                                                     containerd: Containerd) -> None:  # noqa: F811
+    """busybox has no gRPC server, so the health service runs on the node (in its namespace) and a
+    hostNetwork pod probes it there: SERVING makes the container Ready, NOT_SERVING takes it out."""
+    flag = containerd.base / "grpc-not-serving"
+    server = subprocess.Popen(["ip", "netns", "exec", containerd.netns, sys.executable, "-c", GRPC_HEALTH_SERVER,
+                               "19555", str(flag)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == b"serving"
+        apply(kubectl, unique_ns, {"metadata": {"name": "grpc"}, "spec": {
+            "hostNetwork": True, "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"],
+                            "readinessProbe": {"grpc": {"port": 19555}, "periodSeconds": 1,
+                                               "failureThreshold": 1}}]}})
+        ready = lambda want: (st := status(kubectl, unique_ns, "grpc")).get("containerStatuses") and (  # noqa: E731
+            st["containerStatuses"][0]["ready"] is want) and st
+        wait(lambda: ready(True))
+        flag.touch()
+        s = wait(lambda: ready(False), timeout=30)
+        assert s["phase"] == "Running"
+        msgs = [e["message"] for e in events(kubectl, unique_ns, "grpc") if e["reason"] == "Unhealthy"]
+        assert any(m.startswith("Readiness probe failed: service unhealthy") for m in msgs), msgs
+        flag.unlink()
+        wait(lambda: ready(True), timeout=30)
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_grpc_probe_on_closed_port_is_unready_with_reason(kubelet: KubeletProcess, kubectl: Kubectl,
+                                                          unique_ns: str) -> None:
+    apply(kubectl, unique_ns, {"metadata": {"name": "nogrpc"}, "spec": {
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"],
+                        "readinessProbe": {"grpc": {"port": 9555}, "periodSeconds": 1, "failureThreshold": 1}}]}})
+    msgs = wait(lambda: [e["message"] for e in events(kubectl, unique_ns, "nogrpc") if e["reason"] == "Unhealthy"])
+    assert msgs[0].startswith("Readiness probe failed: rpc error: code = UNAVAILABLE"), msgs
+    s = status(kubectl, unique_ns, "nogrpc")
+    assert s["phase"] == "Running" and s["containerStatuses"][0]["ready"] is False
+    assert {c["type"]: c["status"] for c in s["conditions"]}["Ready"] == "False"
+
+
+def test_host_port_reachable_on_node_ip(kubelet: KubeletProcess, kubectl: Kubectl, unique_ns: str,
+                                        containerd: Containerd) -> None:  # noqa: F811
+    apply(kubectl, unique_ns, {"metadata": {"name": "hp"}, "spec": {
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "c", "image": "busybox", "ports": [{"containerPort": 80, "hostPort": 18080}],
+                        "command": ["sh", "-c", "mkdir -p /www && echo hostport-ok > /www/index.html && "
+                                    "exec httpd -f -p 80 -h /www"],
+                        "readinessProbe": {"tcpSocket": {"port": 80}, "periodSeconds": 1}}]}})
+    wait(lambda: (st := status(kubectl, unique_ns, "hp")).get("containerStatuses") and
+         st["containerStatuses"][0]["ready"])
+    url = f"http://{containerd.node_ip}:18080/"
+    fetch = f"import urllib.request,sys; sys.stdout.write(urllib.request.urlopen({url!r}, timeout=5).read().decode())"
+    out = subprocess.run(["ip", "netns", "exec", containerd.netns, sys.executable, "-c", fetch],
+                         capture_output=True, timeout=30)
+    assert out.stdout.decode().strip() == "hostport-ok", out.stderr.decode()[-1000:]
+
+
+def test_oom_killed_container(kubelet: KubeletProcess, kubectl: Kubectl, unique_ns: str) -> None:
+    apply(kubectl, unique_ns, {"metadata": {"name": "oom"}, "spec": {
+        "restartPolicy": "Never",
+        "containers": [{"name": "c", "image": "busybox", "resources": {"limits": {"memory": "16Mi"}},
+                        "command": ["sh", "-c", 'x=$(head -c 64m /dev/zero | tr "\\0" a); sleep 1']}]}})
+    s = wait(lambda: (st := status(kubectl, unique_ns, "oom")).get("phase") in ("Succeeded", "Failed") and st)
+    term = s["containerStatuses"][0]["state"]["terminated"]
+    assert s["phase"] == "Failed", s
+    assert (term["reason"], term["exitCode"]) == ("OOMKilled", 137), term
+
+
+def test_real_node_rejects_pod_over_allocatable(kubelet: KubeletProcess, kubectl: Kubectl, unique_ns: str) -> None:
+    apply(kubectl, unique_ns, {"metadata": {"name": "huge"}, "spec": {
+        "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"],
+                        "resources": {"requests": {"cpu": "500"}}}]}})
+    s = wait(lambda: (st := status(kubectl, unique_ns, "huge")).get("phase") == "Failed" and st)
+    assert s["reason"] == "OutOfcpu" and s["message"].startswith(
+        "Pod was rejected: Node didn't have enough resource: cpu, requested: 500000, used: "), s
+    assert "containerStatuses" not in s
+    assert any(e["reason"] == "OutOfcpu" and e["type"] == "Warning" for e in events(kubectl, unique_ns, "huge"))

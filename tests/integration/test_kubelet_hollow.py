@@ -4,6 +4,7 @@ terminate gracefully with the status upstream's kubelet would write."""
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -18,6 +19,7 @@ from tests.conftest import REPO
 PODS = gvr("v1", "pods")
 NODES = gvr("v1", "nodes", namespaced=False)
 LEASES = gvr("coordination.k8s.io/v1", "leases")
+EVENTS = gvr("v1", "events")
 NODE = "hollow-it-0"
 
 
@@ -173,3 +175,79 @@ async def test_graceful_deletion_completes(hollow_kubelet: Any, client: Client, 
         return False
 
     await wait_for(removed, limit=15)
+
+
+async def test_pod_over_allocatable_is_rejected(hollow_kubelet: Any, client: Client, unique_ns: str) -> None:
+    """A pod bound straight to the node (no scheduler) that does not fit ends Failed/OutOfcpu, as upstream."""
+    node = "hollow-it-1"
+    small = pod("small", [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}])
+    small["spec"]["nodeName"] = node
+    await client.create(PODS, small, unique_ns)
+
+    async def running() -> bool:
+        return (await client.get(PODS, "small", unique_ns))["status"].get("phase") == "Running"
+
+    await wait_for(running)
+    big = pod("big", [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "3500m"}}}])
+    big["spec"]["nodeName"] = node
+    await client.create(PODS, big, unique_ns)
+
+    async def failed() -> dict[str, Any] | None:
+        p = await client.get(PODS, "big", unique_ns)
+        return p if p["status"].get("phase") == "Failed" else None
+
+    status = (await wait_for(failed))["status"]
+    assert status["reason"] == "OutOfcpu"
+    assert re.fullmatch(r"Pod was rejected: Node didn't have enough resource: cpu, requested: 3500, "
+                        r"used: \d+, capacity: 4000", status["message"]), status["message"]
+    assert "containerStatuses" not in status
+
+    async def event() -> list[dict[str, Any]]:
+        items = (await client.list(EVENTS, unique_ns))["items"]
+        return [e for e in items if e["involvedObject"]["name"] == "big" and e["reason"] == "OutOfcpu"]
+
+    (ev,) = await wait_for(event)
+    assert ev["type"] == "Warning" and ev["message"].startswith("Node didn't have enough resource: cpu")
+    assert (await client.get(PODS, "small", unique_ns))["status"]["phase"] == "Running"
+
+    wrong = pod("elsewhere", [{"name": "c", "image": "busybox"}], nodeSelector={"zone": "nowhere"})
+    wrong["spec"]["nodeName"] = node
+    await client.create(PODS, wrong, unique_ns)
+
+    async def affinity() -> dict[str, Any] | None:
+        p = await client.get(PODS, "elsewhere", unique_ns)
+        return p if p["status"].get("phase") == "Failed" else None
+
+    assert (await wait_for(affinity))["status"]["reason"] == "NodeAffinity"
+    await client.delete(PODS, "big", unique_ns)
+
+    async def removed() -> bool:
+        try:
+            await client.get(PODS, "big", unique_ns)
+        except NotFound:
+            return True
+        return False
+
+    await wait_for(removed, limit=15)
+
+
+async def test_hollow_readiness_follows_annotation(hollow_kubelet: Any, client: Client, unique_ns: str) -> None:
+    probe = {"exec": {"command": ["true"]}, "periodSeconds": 1, "failureThreshold": 1}
+    body = pod("flip", [{"name": "a", "image": "busybox", "readinessProbe": probe},
+                        {"name": "b", "image": "busybox"}])
+    await client.create(PODS, body, unique_ns)
+
+    async def ready_is(want: str) -> Any:
+        async def check() -> dict[str, Any] | None:
+            p = await client.get(PODS, "flip", unique_ns)
+            conds = {c["type"]: c["status"] for c in p["status"].get("conditions") or []}
+            return p if conds.get("Ready") == want and conds.get("ContainersReady") == want else None
+        return await wait_for(check, limit=15)
+
+    await ready_is("True")
+    await client.patch(PODS, "flip", {"metadata": {"annotations": {"hollow.pyk8s.io/ready.a": "false"}}}, unique_ns)
+    p = await ready_is("False")
+    ready = {c["name"]: c["ready"] for c in p["status"]["containerStatuses"]}
+    assert ready == {"a": False, "b": True} and p["status"]["phase"] == "Running"
+    await client.patch(PODS, "flip", {"metadata": {"annotations": {"hollow.pyk8s.io/ready.a": "true"}}}, unique_ns)
+    await ready_is("True")

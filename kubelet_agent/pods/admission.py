@@ -1,0 +1,172 @@
+"""Pod admission on the node, as upstream's predicate admit handler: a pod bound here that does not fit
+(resources, pod count, node affinity, host ports, untolerated NoExecute taints) is rejected once, when
+it first arrives, instead of being started."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kubelet_agent.pods.util import quantity
+
+RESOURCE_REASONS = {"cpu": "OutOfcpu", "memory": "OutOfmemory", "ephemeral-storage": "OutOfephemeral-storage",
+                    "pods": "OutOfpods"}
+NODE_AFFINITY = ("NodeAffinity", "node(s) didn't match Pod's node affinity/selector")
+NODE_NAME = ("NodeName", "node(s) didn't match the requested node name")
+NODE_PORTS = ("NodePorts", "node(s) didn't have free ports for the requested pod ports")
+TAINTS = ("TaintToleration", "node(s) had untolerated taint")
+
+
+def _scaled(name: str, value: Any) -> int:
+    """Integer amounts as the scheduler counts them: CPU in millicores, everything else in units (rounded up)."""
+    q = quantity(value)
+    return math.ceil(q * 1000) if name == "cpu" else math.ceil(q)
+
+
+def pod_requests(pod: dict[str, Any]) -> dict[str, int]:
+    """Effective requests: app containers plus sidecars, or the largest init step if bigger, plus overhead."""
+    spec = pod.get("spec") or {}
+    total: dict[str, int] = {}
+    for c in spec.get("containers") or []:
+        for name, value in ((c.get("resources") or {}).get("requests") or {}).items():
+            total[name] = total.get(name, 0) + _scaled(name, value)
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for c in spec.get("initContainers") or []:
+        requests = {n: _scaled(n, v) for n, v in ((c.get("resources") or {}).get("requests") or {}).items()}
+        if c.get("restartPolicy") == "Always":
+            for name, value in requests.items():
+                sidecars[name] = sidecars.get(name, 0) + value
+            continue
+        for name, value in requests.items():
+            init_peak[name] = max(init_peak.get(name, 0), value + sidecars.get(name, 0))
+    for name, value in sidecars.items():
+        total[name] = total.get(name, 0) + value
+    for name, value in init_peak.items():
+        total[name] = max(total.get(name, 0), value)
+    for name, value in (spec.get("overhead") or {}).items():
+        total[name] = total.get(name, 0) + _scaled(name, value)
+    return total
+
+
+def _match_expression(expr: dict[str, Any], value: str | None) -> bool:
+    op, values = expr.get("operator"), expr.get("values") or []
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and len(values) == 1:
+        try:
+            have, want = int(value), int(values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def _term_matches(term: dict[str, Any], labels: dict[str, str], node_name: str) -> bool:
+    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
+    if not exprs and not fields:
+        return False
+    return all(_match_expression(e, labels.get(e.get("key", ""))) for e in exprs) and all(
+        f.get("key") == "metadata.name" and _match_expression(f, node_name) for f in fields)
+
+
+def matches_node_affinity(pod: dict[str, Any], node: dict[str, Any]) -> bool:
+    """nodeSelector and required node affinity against the node's labels (upstream's RequiredNodeAffinity)."""
+    spec = pod.get("spec") or {}
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if not required:
+        return True
+    name = (node.get("metadata") or {}).get("name", "")
+    return any(_term_matches(t, labels, name) for t in required.get("nodeSelectorTerms") or [])
+
+
+def host_ports(pod: dict[str, Any]) -> list[tuple[str, str, int]]:
+    spec = pod.get("spec") or {}
+    out = []
+    for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        for p in c.get("ports") or []:
+            if p.get("hostPort"):
+                out.append((p.get("hostIP") or "0.0.0.0", p.get("protocol") or "TCP", int(p["hostPort"])))
+    return out
+
+
+def _ports_conflict(wanted: list[tuple[str, str, int]], used: set[tuple[str, str, int]]) -> bool:
+    for ip, proto, port in wanted:
+        for uip, uproto, uport in used:
+            if port == uport and proto == uproto and (ip == uip or "0.0.0.0" in (ip, uip)):
+                return True
+    return False
+
+
+def tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
+    """Whether one toleration tolerates one taint (upstream's Toleration.ToleratesTaint)."""
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    if key and key != taint.get("key"):
+        return False
+    op = toleration.get("operator") or "Equal"
+    if op == "Exists":
+        return True
+    return op == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def untolerated_no_execute(pod: dict[str, Any], node: dict[str, Any]) -> bool:
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    return any(t.get("effect") == "NoExecute" and not any(tolerates(tol, t) for tol in tolerations)
+               for t in (node.get("spec") or {}).get("taints") or [])
+
+
+def admit(pod: dict[str, Any], node: dict[str, Any], active: list[dict[str, Any]],
+          allocatable: dict[str, str], *, static: bool = False) -> tuple[str, str] | None:
+    """None when `pod` fits next to the `active` pods, else (reason, message) for the first failing check.
+
+    Checks run in upstream's order (resources, node affinity, node name, host ports, NoExecute taints);
+    extended resources the node does not advertise are left to cluster-level allocation, as upstream.
+    """
+    capacity_pods = int(quantity(allocatable.get("pods", 0)))
+    if len(active) + 1 > capacity_pods:
+        return RESOURCE_REASONS["pods"], _insufficient("pods", 1, len(active), capacity_pods)
+    wanted = {n: v for n, v in pod_requests(pod).items() if v > 0}
+    if wanted:
+        used: dict[str, int] = {}
+        for other in active:
+            for name, value in pod_requests(other).items():
+                used[name] = used.get(name, 0) + value
+        basic = ["cpu", "memory", "ephemeral-storage"]
+        for name in basic + sorted(n for n in wanted if n not in basic and n in allocatable):
+            if name not in wanted:
+                continue
+            capacity = _scaled(name, allocatable.get(name, 0))
+            if wanted[name] + used.get(name, 0) > capacity:
+                reason = RESOURCE_REASONS.get(name, f"OutOf{name}")
+                return reason, _insufficient(name, wanted[name], used.get(name, 0), capacity)
+    if not matches_node_affinity(pod, node):
+        return _predicate(NODE_AFFINITY)
+    node_name = (pod.get("spec") or {}).get("nodeName")
+    if node_name and node_name != (node.get("metadata") or {}).get("name"):
+        return _predicate(NODE_NAME)
+    ports = host_ports(pod)
+    if ports and _ports_conflict(ports, {p for other in active for p in host_ports(other)}):
+        return _predicate(NODE_PORTS)
+    if not static and untolerated_no_execute(pod, node):
+        return _predicate(TAINTS)
+    return None
+
+
+def _insufficient(name: str, requested: int, used: int, capacity: int) -> str:
+    return f"Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}"
+
+
+def _predicate(failure: tuple[str, str]) -> tuple[str, str]:
+    return failure[0], f"Predicate {failure[0]} failed: {failure[1]}"
