@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -56,7 +57,13 @@ class HandlerRegistration:
         self.on_update = on_update
         self.on_delete = on_delete
         self.resync_period = resync_period
-        self._queue: asyncio.Queue[tuple[str, Obj | None, Obj | None]] = asyncio.Queue()
+        # A plain deque and one wake-up future rather than an asyncio.Queue: every event of a busy
+        # resource goes through each handler's queue, and this costs less per event.
+        self._events: deque[tuple[str, Obj | None, Obj | None]] = deque()
+        self._wakeup: asyncio.Future[None] | None = None
+        #: the event kinds this registration has a callback for; others are not queued at all
+        self._kinds = {kind for kind, cb in (("add", on_add), ("update", on_update), ("delete", on_delete)) if cb}
+        self._kinds.add(_SYNCED)
         self._synced = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -67,7 +74,14 @@ class HandlerRegistration:
         await self._synced.wait()
 
     def push(self, kind: str, old: Obj | None, new: Obj | None) -> None:
-        self._queue.put_nowait((kind, old, new))
+        if kind not in self._kinds:
+            return
+        self._events.append((kind, old, new))
+        waiter = self._wakeup
+        if waiter is not None:
+            self._wakeup = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def start(self) -> None:
         if self._tasks:
@@ -85,8 +99,13 @@ class HandlerRegistration:
         self._tasks.clear()
 
     async def _deliver(self) -> None:
+        events = self._events
         while True:
-            kind, old, new = await self._queue.get()
+            if not events:
+                self._wakeup = asyncio.get_running_loop().create_future()
+                await self._wakeup
+                continue
+            kind, old, new = events.popleft()
             if kind == _SYNCED:
                 self._synced.set()
                 continue
@@ -104,7 +123,7 @@ class HandlerRegistration:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("event handler failed", event=kind)
+                log.exception("event handler failed", event_type=kind)
 
     async def _resync(self) -> None:
         """Replay every cached object as an update(obj, obj), so level-triggered handlers revisit all."""

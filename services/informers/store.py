@@ -99,13 +99,31 @@ class Store:
                 index.setdefault(value, set()).add(key)
 
     def add(self, obj: Obj) -> Obj | None:
-        """Store `obj`, returning the object it replaced, if any."""
+        """Store `obj`, returning the object it replaced, if any.
+
+        Most updates (status changes) leave every index value as it was; those indexes are not touched.
+        """
         key = self.key_func(obj)
         old = self._items.get(key)
-        if old is not None:
-            self._unindex(key, old)
         self._items[key] = obj
-        self._index(key, obj)
+        if old is None:
+            self._index(key, obj)
+            return None
+        indices = self._indices
+        for name, func in self._indexers.items():
+            values = func(obj)
+            old_values = func(old)
+            if values == old_values:
+                continue
+            index = indices[name]
+            for value in old_values:
+                keys = index.get(value)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del index[value]
+            for value in values:
+                index.setdefault(value, set()).add(key)
         return old
 
     update = add
