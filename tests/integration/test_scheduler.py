@@ -316,11 +316,12 @@ def _assert_no_overcommit(pods: list[dict[str, Any]], capacity_per_node: int) ->
 async def test_restart_mid_burst_loses_and_double_binds_nothing(
         client: Client, main_scheduler: Any, spawn: Callable[..., SchedulerProcess]) -> None:
     sel = {"pool": "burst"}
-    for i in range(3):
-        await client.create(NODES, node(f"burst-{i}", cpu="50", labels=sel))
-    total = 150  # exactly the pool's capacity: a lost or double-counted pod would leave one pending
-    sp = spawn([{"schedulerName": "burst"}], "--leader-elect=false", name="burst")
+    for i in range(4):
+        await client.create(NODES, node(f"burst-{i}", cpu="100", labels=sel))
+    total = 400  # exactly the pool's capacity: a lost or double-counted pod would leave one pending
+    # The burst is queued before the scheduler starts, so it is mid-burst however fast it binds.
     await _create_many(client, "b", total, "burst", sel)
+    sp = spawn([{"schedulerName": "burst"}], "--leader-elect=false", name="burst")
 
     async def some_bound() -> bool:
         return sum(1 for p in await _bound_pods(client, "b-") if p["spec"].get("nodeName")) >= 20
@@ -337,7 +338,7 @@ async def test_restart_mid_burst_loses_and_double_binds_nothing(
     await wait_for(all_bound, 90, 0.5)
     pods = await _bound_pods(client, "b-")
     assert len(pods) == total
-    _assert_no_overcommit(pods, 50)
+    _assert_no_overcommit(pods, 100)
     events = (await client.list(EVENTS, NS))["items"]
     scheduled: dict[str, int] = {}
     for e in events:
