@@ -21,6 +21,7 @@ from controller_manager.controllers.statefulset_revisions import (
 )
 from controller_manager.podutil import controller_ref, is_available, is_ready, pod_from_template
 from controller_manager.resources import CONTROLLER_REVISIONS, DAEMON_SETS, NODES, PODS
+from services.api.nodeaffinity import required_node_affinity_matches, tolerations_tolerate
 from services.api.selectors import LabelSelector
 from services.client import NotFound
 
@@ -62,70 +63,19 @@ def daemon_tolerations(pod_spec: Obj) -> list[Obj]:
     return tolerations
 
 
-def tolerates(toleration: Obj, taint: Obj) -> bool:
-    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-        return False
-    key = toleration.get("key")
-    if key and key != taint.get("key"):
-        return False
-    op = toleration.get("operator") or "Equal"
-    if op == "Exists":
-        return True
-    return bool(key) and (toleration.get("value") or "") == (taint.get("value") or "")
-
-
-def _requirement(expr: Obj, value: str | None) -> bool:
-    op = expr.get("operator")
-    values = expr.get("values") or []
-    if op == "In":
-        return value is not None and value in values
-    if op == "NotIn":
-        return value is None or value not in values
-    if op == "Exists":
-        return value is not None
-    if op == "DoesNotExist":
-        return value is None
-    if op in ("Gt", "Lt") and value is not None and values:
-        try:
-            left, right = int(value), int(values[0])
-        except ValueError:
-            return False
-        return left > right if op == "Gt" else left < right
-    return False
-
-
-def node_matches_term(node: Obj, term: Obj) -> bool:
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    fields = {"metadata.name": node["metadata"]["name"]}
-    exprs = term.get("matchExpressions") or []
-    field_exprs = term.get("matchFields") or []
-    if not exprs and not field_exprs:
-        return False
-    return all(_requirement(e, labels.get(e.get("key"))) for e in exprs) and all(
-        _requirement(e, fields.get(e.get("key"))) for e in field_exprs
-    )
-
-
 def should_run(node: Obj, pod_spec: Obj) -> tuple[bool, bool]:
     """(should run a daemon pod here, should a running one stay): upstream's NodeShouldRunDaemonPod."""
     name = node["metadata"]["name"]
     if pod_spec.get("nodeName") and pod_spec["nodeName"] != name:
         return False, False
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
-        return False, False
-    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    terms = required.get("nodeSelectorTerms")
-    if terms is not None and not any(node_matches_term(node, t) for t in terms):
+    if not required_node_affinity_matches(pod_spec, node):
         return False, False
     tolerations = daemon_tolerations(pod_spec)
     run, stay = True, True
     for taint in (node.get("spec") or {}).get("taints") or []:
         if taint.get("effect") not in ("NoSchedule", "NoExecute"):
             continue
-        if any(tolerates(t, taint) for t in tolerations):
+        if tolerations_tolerate(tolerations, taint):
             continue
         run = False
         if taint.get("effect") == "NoExecute":

@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from kubelet_agent.pods.util import quantity
+from services.api.nodeaffinity import find_untolerated_taint, required_node_affinity_matches
 
 RESOURCE_REASONS = {"cpu": "OutOfcpu", "memory": "OutOfmemory", "ephemeral-storage": "OutOfephemeral-storage",
                     "pods": "OutOfpods"}
@@ -49,45 +50,9 @@ def pod_requests(pod: dict[str, Any]) -> dict[str, int]:
     return total
 
 
-def _match_expression(expr: dict[str, Any], value: str | None) -> bool:
-    op, values = expr.get("operator"), expr.get("values") or []
-    if op == "In":
-        return value is not None and value in values
-    if op == "NotIn":
-        return value is None or value not in values
-    if op == "Exists":
-        return value is not None
-    if op == "DoesNotExist":
-        return value is None
-    if op in ("Gt", "Lt") and value is not None and len(values) == 1:
-        try:
-            have, want = int(value), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
-def _term_matches(term: dict[str, Any], labels: dict[str, str], node_name: str) -> bool:
-    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
-    if not exprs and not fields:
-        return False
-    return all(_match_expression(e, labels.get(e.get("key", ""))) for e in exprs) and all(
-        f.get("key") == "metadata.name" and _match_expression(f, node_name) for f in fields)
-
-
 def matches_node_affinity(pod: dict[str, Any], node: dict[str, Any]) -> bool:
     """nodeSelector and required node affinity against the node's labels (upstream's RequiredNodeAffinity)."""
-    spec = pod.get("spec") or {}
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
-        return False
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution"))
-    if not required:
-        return True
-    name = (node.get("metadata") or {}).get("name", "")
-    return any(_term_matches(t, labels, name) for t in required.get("nodeSelectorTerms") or [])
+    return required_node_affinity_matches(pod.get("spec") or {}, node)
 
 
 def host_ports(pod: dict[str, Any]) -> list[tuple[str, str, int]]:
@@ -108,23 +73,10 @@ def _ports_conflict(wanted: list[tuple[str, str, int]], used: set[tuple[str, str
     return False
 
 
-def tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
-    """Whether one toleration tolerates one taint (upstream's Toleration.ToleratesTaint)."""
-    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-        return False
-    key = toleration.get("key") or ""
-    if key and key != taint.get("key"):
-        return False
-    op = toleration.get("operator") or "Equal"
-    if op == "Exists":
-        return True
-    return op == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
-
-
 def untolerated_no_execute(pod: dict[str, Any], node: dict[str, Any]) -> bool:
     tolerations = (pod.get("spec") or {}).get("tolerations") or []
-    return any(t.get("effect") == "NoExecute" and not any(tolerates(tol, t) for tol in tolerations)
-               for t in (node.get("spec") or {}).get("taints") or [])
+    taints = (node.get("spec") or {}).get("taints") or []
+    return find_untolerated_taint(taints, tolerations, ("NoExecute",)) is not None
 
 
 def admit(pod: dict[str, Any], node: dict[str, Any], active: list[dict[str, Any]],
