@@ -40,6 +40,7 @@ class Threshold:
     signal: str
     quantity: Decimal | None = None
     percentage: float | None = None
+    original: str = ""
 
     def limit(self, capacity: Decimal) -> Decimal:
         if self.percentage is not None:
@@ -64,7 +65,7 @@ def parse_thresholds(values: dict[str, str]) -> list[Threshold]:
             q = parse_quantity(text)
             if q < 0:
                 raise ValueError(f"eviction threshold {signal} must be positive: {text!r}")
-            out.append(Threshold(signal, quantity=q))
+            out.append(Threshold(signal, quantity=q, original=canonicalize_quantity(text)))
     return out
 
 
@@ -183,6 +184,20 @@ class EvictionManager:
                 await self.on_change()
         return met
 
+    def victim(self, met: list[Threshold], pods: list[dict[str, Any]],
+               qos: Callable[[dict[str, Any]], str]) -> tuple[dict[str, Any], str] | None:
+        """The one pod a pass evicts for the met thresholds (memory first, as upstream), with its message."""
+        if not met:
+            return None
+        ranked = rank_for_eviction(pods, qos)
+        if not ranked:
+            log.warning("node under pressure but no pod can be evicted")
+            return None
+        order = list(PRESSURE_OF)
+        threshold = min(met, key=lambda t: order.index(t.signal))
+        available, capacity = self.observations[threshold.signal]
+        return ranked[0], eviction_message(threshold, available, capacity)
+
 
 def empty_dir_violations(pod: dict[str, Any], volume_dir: Path) -> str | None:
     """The eviction message for the first emptyDir of `pod` over its sizeLimit, or None."""
@@ -196,3 +211,91 @@ def empty_dir_violations(pod: dict[str, Any], volume_dir: Path) -> str | None:
         if disk_usage(str(volume_dir / vol["name"])) > limit:
             return EMPTY_DIR_MESSAGE.format(vol["name"], canonicalize_quantity(source["sizeLimit"]))
     return None
+
+
+#: upstream's SystemCriticalPriority: pods at or above it are never evicted nor refused for pressure
+SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
+RESOURCE_OF = {"memory.available": "memory", "nodefs.available": "ephemeral-storage", "nodefs.inodesFree": "inodes",
+               "imagefs.available": "ephemeral-storage", "imagefs.inodesFree": "inodes", "pid.available": "pids"}
+QOS_ORDER = {"BestEffort": 0, "Burstable": 1, "Guaranteed": 2}
+CONDITION_OF = {"memory": "MemoryPressure", "disk": "DiskPressure", "pid": "PIDPressure"}
+MEMORY_PRESSURE_TAINT = "node.kubernetes.io/memory-pressure"
+
+
+def is_critical(pod: dict[str, Any]) -> bool:
+    """Static, mirror and system-critical pods, which upstream's kubelet neither evicts nor refuses."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if "kubernetes.io/config.mirror" in annotations or annotations.get("kubernetes.io/config.source", "api") != "api":
+        return True
+    return _priority(pod) >= SYSTEM_CRITICAL_PRIORITY
+
+
+def _priority(pod: dict[str, Any]) -> int:
+    return int((pod.get("spec") or {}).get("priority") or 0)
+
+
+def rank_for_eviction(pods: list[dict[str, Any]], qos: Callable[[dict[str, Any]], str],
+                      usage: dict[str, tuple[Decimal, Decimal]] | None = None) -> list[dict[str, Any]]:
+    """Eviction candidates, first victim first, as upstream ranks them under pressure.
+
+    `usage` maps a pod uid to (usage, request) of the starved resource. Pods without usage come first (as
+    upstream's stats comparison puts them), ordered by QoS class then priority; the others by whether usage
+    exceeds the request, then priority (lower first), then usage above the request (more first).
+    """
+    usage = usage or {}
+
+    def key(pod: dict[str, Any]) -> tuple[Any, ...]:
+        seen = usage.get((pod.get("metadata") or {}).get("uid", ""))
+        if seen is None:
+            return (0, QOS_ORDER.get(qos(pod.get("spec") or {}), 0), _priority(pod))
+        used, requested = seen
+        return (1, used <= requested, _priority(pod), -(used - requested))
+
+    return sorted((p for p in pods if not is_critical(p)), key=key)
+
+
+def eviction_message(threshold: Threshold, available: Decimal, capacity: Decimal) -> str:
+    """The status message upstream writes on a pod evicted for `threshold` (no per-container usage known)."""
+    resource = RESOURCE_OF[threshold.signal]
+    shown = threshold.original or _quantity(threshold.limit(capacity), resource)
+    return (f"The node was low on resource: {resource}. "
+            f"Threshold quantity: {shown}, available: {_quantity(available, resource)}. ")
+
+
+def _quantity(value: Decimal, resource: str) -> str:
+    """An observed amount as upstream prints it: bytes in the largest exact binary suffix, counts in decimal."""
+    n = int(value)
+    base, suffixes = (1024, ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")) if resource in ("memory", "ephemeral-storage") \
+        else (1000, ("k", "M", "G", "T", "P", "E"))
+    suffix = ""
+    for candidate in suffixes:
+        if n == 0 or n % base:
+            break
+        n, suffix = n // base, candidate
+    return f"{n}{suffix}"
+
+
+def admit_under_pressure(pod: dict[str, Any], pressure: dict[str, bool], qos: str) -> tuple[str, str] | None:
+    """Upstream's eviction admit handler: None to admit, else ("Evicted", message) while the node is starved.
+
+    Under memory pressure alone only BestEffort pods are refused (unless they tolerate the memory-pressure
+    taint); under disk or PID pressure everything but critical pods is.
+    """
+    conditions = [CONDITION_OF[kind] for kind in ("memory", "disk", "pid") if pressure.get(kind)]
+    if not conditions or is_critical(pod):
+        return None
+    if conditions == ["MemoryPressure"]:
+        if qos != "BestEffort" or _tolerates_memory_pressure(pod):
+            return None
+    return "Evicted", f"The node had condition: [{' '.join(conditions)}]. "
+
+
+def _tolerates_memory_pressure(pod: dict[str, Any]) -> bool:
+    for t in (pod.get("spec") or {}).get("tolerations") or []:
+        if t.get("effect") not in (None, "", "NoSchedule"):
+            continue
+        if t.get("operator") == "Exists" and t.get("key") in (None, "", MEMORY_PRESSURE_TAINT):
+            return True
+        if t.get("key") == MEMORY_PRESSURE_TAINT and not t.get("value"):
+            return True
+    return False

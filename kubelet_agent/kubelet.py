@@ -12,7 +12,14 @@ import structlog
 
 from kubelet_agent import cni
 from kubelet_agent.cri.types import Runtime
-from kubelet_agent.eviction import DEFAULT_EVICTION_HARD, EvictionManager, empty_dir_violations, parse_thresholds
+from kubelet_agent.eviction import (
+    DEFAULT_EVICTION_HARD,
+    EvictionManager,
+    Threshold,
+    admit_under_pressure,
+    empty_dir_violations,
+    parse_thresholds,
+)
 from kubelet_agent.node import NODES, NodeAgent, NodeConfig
 from kubelet_agent.pods.admission import admit
 from kubelet_agent.pods.events import EventRecorder
@@ -20,6 +27,7 @@ from kubelet_agent.pods.gate import StartGate
 from kubelet_agent.pods.netns import Dialer
 from kubelet_agent.pods.resolver import Resolver
 from kubelet_agent.pods.status import PODS, StatusManager
+from kubelet_agent.pods.util import qos_class
 from kubelet_agent.pods.volumes import PLUGIN_DIRS, VolumeManager
 from kubelet_agent.pods.worker import NodeContext, PodWorker
 from kubelet_agent.static import is_mirror, mirror_of, read_manifests_async
@@ -106,7 +114,7 @@ class Kubelet:
         self.node_config.runtime_version = f"{rt_name}://{rt_version}"
         if self.manages_cni:
             self.agent.runtime_errors = [NETWORK_NOT_READY]
-        if not self.runtime.simulated:
+        if not self.runtime.simulated or self.options.eviction_hard is not None:
             hard = DEFAULT_EVICTION_HARD if self.options.eviction_hard is None else self.options.eviction_hard
             self.eviction = EvictionManager(parse_thresholds(hard), self.options.root_dir,
                                             transition=self.options.eviction_pressure_transition,
@@ -147,6 +155,7 @@ class Kubelet:
             self._tasks.append(asyncio.create_task(self._static_loop()))
         if not simulated:
             self._tasks.append(asyncio.create_task(self._housekeeping()))
+        if self.eviction is not None:
             self._tasks.append(asyncio.create_task(self._eviction_loop()))
         if self.agent.runtime_errors:
             self.agent.runtime_errors = []
@@ -283,6 +292,8 @@ class Kubelet:
             return None
         active = [w.pod for w in self.workers.values() if not w.terminal and w.rejected is None and not w.gone]
         verdict = admit(pod, self.agent.node or {"metadata": {"name": self.name}}, active, self.agent.allocatable)
+        if verdict is None and self.eviction is not None:
+            verdict = admit_under_pressure(pod, self.eviction.pressure, qos_class(pod.get("spec") or {}))
         if verdict is not None and self.rejections is not None:
             log.info("pod rejected", pod=f"{pod['metadata'].get('namespace')}/{pod['metadata'].get('name')}",
                      reason=verdict[0], message=verdict[1])
@@ -388,12 +399,25 @@ class Kubelet:
             await asyncio.sleep(self.options.housekeeping)
             try:
                 if self.eviction is not None:
-                    await self.eviction.synchronize()
+                    self.evict_for_pressure(await self.eviction.synchronize())
                 await self.check_empty_dirs()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("eviction check failed")
+
+    def evict_for_pressure(self, met: list[Threshold]) -> None:
+        """Evict one pod per pass while a hard threshold is met, so the next pass sees its effect first."""
+        if self.eviction is None or not met:
+            return
+        running = {w.uid: w for w in self.workers.values()
+                   if not w.terminal and w.rejected is None and w.evicted is None and not w.gone}
+        chosen = self.eviction.victim(met, [w.pod for w in running.values()], qos_class)
+        if chosen is not None:
+            pod, message = chosen
+            log.info("evicting pod", pod=f"{pod['metadata'].get('namespace')}/{pod['metadata'].get('name')}",
+                     message=message)
+            running[pod["metadata"]["uid"]].evict(message)
 
     async def check_empty_dirs(self) -> None:
         """Evict each running pod whose emptyDir holds more than its sizeLimit."""

@@ -251,3 +251,61 @@ async def test_hollow_readiness_follows_annotation(hollow_kubelet: Any, client: 
     assert ready == {"a": False, "b": True} and p["status"]["phase"] == "Running"
     await client.patch(PODS, "flip", {"metadata": {"annotations": {"hollow.pyk8s.io/ready.a": "true"}}}, unique_ns)
     await ready_is("True")
+
+
+async def test_hard_threshold_evicts_best_effort_first_and_refuses_new_ones(
+        kubeconfig: Path, workdir: Path, client: Client, unique_ns: str) -> None:
+    """A node always under memory pressure: one pod per pass goes, BestEffort before Guaranteed, with
+    upstream's message; a new BestEffort pod is refused at admission."""
+    node = "hollow-ev-0"
+    guaranteed = pod("guaranteed", [{"name": "c", "image": "busybox", "resources": {
+        "requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}}])
+    best_effort = pod("best-effort", [{"name": "c", "image": "busybox"}], tolerations=[
+        {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"}])
+    for p in (guaranteed, best_effort):
+        p["spec"]["nodeName"] = node
+        await client.create(PODS, p, unique_ns)
+    log = await asyncio.to_thread(open, workdir / "hollow-eviction.log", "ab")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kubelet_agent", "--kubeconfig", str(kubeconfig), "--hollow-nodes", "1",
+        "--hostname-override", "hollow-ev", "--healthz-port", "0", "--log-format", "console",
+        "--eviction-hard", "memory.available<1000Ti", "--housekeeping-interval", "3s",
+        cwd=REPO, stdout=log, stderr=log,
+    )
+    try:
+        async def phases() -> dict[str, str] | None:
+            got = {n: (await client.get(PODS, n, unique_ns))["status"].get("phase", "")
+                   for n in ("guaranteed", "best-effort")}
+            return got if "Failed" in got.values() else None
+
+        assert await wait_for(phases, interval=0.1) == {"guaranteed": "Running", "best-effort": "Failed"}
+        status = (await client.get(PODS, "best-effort", unique_ns))["status"]
+        assert status["reason"] == "Evicted"
+        assert re.fullmatch(r"The node was low on resource: memory\. Threshold quantity: 1000Ti, "
+                            r"available: \d+(Ki|Mi|Gi)?\. ", status["message"]), status["message"]
+        target = next(c for c in status["conditions"] if c["type"] == "DisruptionTarget")
+        assert target["status"] == "True" and target["reason"] == "TerminationByKubelet"
+        conditions = {c["type"]: c["status"] for c in (await client.get(NODES, node))["status"]["conditions"]}
+        assert conditions["MemoryPressure"] == "True"
+
+        async def guaranteed_evicted() -> bool:
+            p = await client.get(PODS, "guaranteed", unique_ns)
+            return p["status"].get("phase") == "Failed" and p["status"].get("reason") == "Evicted"
+
+        await wait_for(guaranteed_evicted)
+
+        late = pod("late", [{"name": "c", "image": "busybox"}])
+        late["spec"]["nodeName"] = node
+        await client.create(PODS, late, unique_ns)
+
+        async def rejected() -> dict[str, Any] | None:
+            p = await client.get(PODS, "late", unique_ns)
+            return p if p["status"].get("phase") == "Failed" else None
+
+        status = (await wait_for(rejected))["status"]
+        assert status["reason"] == "Evicted"
+        assert status["message"] == "Pod was rejected: The node had condition: [MemoryPressure]. "
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 15)
+        log.close()
