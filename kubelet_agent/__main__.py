@@ -68,9 +68,13 @@ async def start_api(s: Settings, kubelet: Kubelet) -> KubeletServer:
 
 
 async def main(argv: list[str]) -> None:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     setup_logging(args)
-    s = settings(args)
+    try:
+        s = settings(args)
+    except ValueError as exc:
+        p.error(str(exc))
     client = Client(client_config(args, "kubelet/v1.32.0-pyk8s"))
     health = HealthServer(s.healthz_bind, s.healthz_port) if s.healthz_port else None
     started = asyncio.Event()

@@ -23,8 +23,13 @@ def parse_duration(text: str | int | float) -> float:
     """Go durations as the config file writes them: 10s, 5m0s, 1h, 500ms."""
     if isinstance(text, (int, float)):
         return float(text)
+    text = text.strip()
+    if text == "0":
+        return 0.0
+    if not re.fullmatch(r"(\d+(\.\d+)?(ms|s|m|h))+", text):
+        raise ValueError(f"invalid duration {text!r}: want e.g. 10s, 5m0s, 1h, 500ms")
     total = 0.0
-    for value, unit in re.findall(r"([\d.]+)(ms|s|m|h)", text):
+    for value, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text):
         total += float(value) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
     return total
 
@@ -232,6 +237,8 @@ def settings(args: argparse.Namespace) -> Settings:
         s.housekeeping = parse_duration(args.housekeeping_interval)
     if s.eviction_hard is not None:
         parse_thresholds(s.eviction_hard)
+    if s.max_parallel_pod_starts < 0:
+        raise ValueError(f"--max-parallel-pod-starts must be 0 (the default) or more, not {s.max_parallel_pod_starts}")
     if args.cluster_dns:
         s.cluster_dns = [ip.strip() for ip in args.cluster_dns.split(",") if ip.strip()]
     s.hollow = bool(args.hollow or args.hollow_nodes)

@@ -55,18 +55,24 @@ def parse_thresholds(values: dict[str, str]) -> list[Threshold]:
         if signal not in PRESSURE_OF:
             raise ValueError(f"unsupported eviction signal {signal!r}")
         text = str(value).strip()
-        if text.endswith("%"):
-            pct = float(text[:-1])
-            if not 0 <= pct <= 100:
-                raise ValueError(f"eviction threshold {signal} percentage must be within 0%..100%: {text!r}")
-            if 0 < pct < 100:
-                out.append(Threshold(signal, percentage=pct / 100))
-        else:
-            q = parse_quantity(text)
-            if q < 0:
-                raise ValueError(f"eviction threshold {signal} must be positive: {text!r}")
-            out.append(Threshold(signal, quantity=q, original=canonicalize_quantity(text)))
+        try:
+            out.extend(_threshold(signal, text))
+        except ValueError as exc:
+            raise ValueError(f"invalid eviction threshold {signal}<{text}: {exc}") from exc
     return out
+
+
+def _threshold(signal: str, text: str) -> list[Threshold]:
+    """The threshold for one signal; none when a percentage of 0% or 100% disables it."""
+    if text.endswith("%"):
+        pct = float(text[:-1])
+        if not 0 <= pct <= 100:
+            raise ValueError("a percentage must be within 0%..100%")
+        return [Threshold(signal, percentage=pct / 100)] if 0 < pct < 100 else []
+    q = parse_quantity(text)
+    if q < 0:
+        raise ValueError("the quantity must not be negative")
+    return [Threshold(signal, quantity=q, original=canonicalize_quantity(text))]
 
 
 def parse_eviction_flag(text: str) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -104,3 +105,17 @@ def test_empty_dir_over_size_limit(tmp_path: Path) -> None:
     (tmp_path / "small" / "sub" / "more").write_bytes(b"x" * (1 << 20))
     assert disk_usage(str(tmp_path / "small")) > 1 << 20
     assert empty_dir_violations(pod, tmp_path) == 'Usage of EmptyDir volume "small" exceeds the limit "1Mi". '
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--eviction-hard=memory.available<lots", "invalid eviction threshold memory.available<lots"),
+    ("--eviction-hard=nodefs.available<150%", "a percentage must be within 0%..100%"),
+    ("--eviction-hard=memory.available<-1Mi", "must not be negative"),
+    ("--eviction-hard=foo<1", "unsupported eviction signal 'foo'"),
+    ("--housekeeping-interval=soon", "invalid duration 'soon'"),
+    ("--authentication-token-webhook-cache-ttl=2 minutes", "invalid duration"),
+    ("--max-parallel-pod-starts=-1", "--max-parallel-pod-starts must be 0"),
+])
+def test_bad_flags_are_refused_with_what_is_wrong(flag: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        settings(parser().parse_args(["--hollow", flag]))
