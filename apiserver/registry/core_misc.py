@@ -247,9 +247,34 @@ class ResourceQuotaStrategy(MetaStrategy):
         for scope in scopes:
             if scope not in _QUOTA_SCOPES:
                 causes.append(v.not_supported("spec.scopes", scope, _QUOTA_SCOPES))
+        exprs = get(obj, "spec", "scopeSelector", "matchExpressions", default=[])
+        for i, expr in enumerate(exprs):
+            causes.extend(_validate_scope_requirement(expr, f"spec.scopeSelector.matchExpressions[{i}]"))
         return causes
 
 
+def _validate_scope_requirement(expr: Obj, path: str) -> list[Cause]:
+    """A scopeSelector requirement, as upstream's validateScopedResourceSelectorRequirement checks it."""
+    scope, op, values = expr.get("scopeName"), expr.get("operator"), expr.get("values") or []
+    if scope not in _QUOTA_SCOPES:
+        return [v.not_supported(f"{path}.scopeName", scope, _QUOTA_SCOPES)]
+    if op not in _SCOPE_OPERATORS:
+        return [v.not_supported(f"{path}.operator", op, _SCOPE_OPERATORS)]
+    if scope not in ("PriorityClass", "VolumeAttributesClass") and op not in ("Exists", "DoesNotExist"):
+        return [v.invalid(f"{path}.operator", op,
+                          "must be 'Exist' when scope is any of ResourceQuotaScopeTerminating, "
+                          "ResourceQuotaScopeNotTerminating, ResourceQuotaScopeBestEffort, "
+                          "ResourceQuotaScopeNotBestEffort or ResourceQuotaScopeCrossNamespacePodAffinity")]
+    if op in ("In", "NotIn") and not values:
+        return [v.required(f"{path}.values", "must be at least one value when `operator` is 'In' or 'NotIn' "
+                                             "for scope selector")]
+    if op in ("Exists", "DoesNotExist") and values:
+        return [v.invalid(f"{path}.values", values, "must be no value when `operator` is 'Exist' or "
+                                                    "'DoesNotExist' for scope selector")]
+    return []
+
+
+_SCOPE_OPERATORS = ("DoesNotExist", "Exists", "In", "NotIn")
 _QUOTA_SCOPES = ("BestEffort", "CrossNamespacePodAffinity", "NotBestEffort", "NotTerminating", "PriorityClass",
                  "Terminating", "VolumeAttributesClass")
 

@@ -712,3 +712,25 @@ def test_every_builtin_resource_validates_a_minimal_name() -> None:
         s.prepare_for_create(obj)
         s.validate(obj)
         assert "metadata.name" in s.field_set(obj)
+
+
+@pytest.mark.parametrize("expr, field", [
+    ({"scopeName": "Nope", "operator": "Exists"}, "spec.scopeSelector.matchExpressions[0].scopeName"),
+    ({"scopeName": "PriorityClass", "operator": "Near"}, "spec.scopeSelector.matchExpressions[0].operator"),
+    ({"scopeName": "BestEffort", "operator": "In", "values": ["x"]},
+     "spec.scopeSelector.matchExpressions[0].operator"),
+    ({"scopeName": "PriorityClass", "operator": "In"}, "spec.scopeSelector.matchExpressions[0].values"),
+    ({"scopeName": "Terminating", "operator": "Exists", "values": ["x"]},
+     "spec.scopeSelector.matchExpressions[0].values"),
+])
+def test_quota_scope_selector_is_validated(expr: dict[str, Any], field: str) -> None:
+    quota = {"metadata": {"name": "q", "namespace": "ns"},
+             "spec": {"hard": {"pods": "1"}, "scopeSelector": {"matchExpressions": [expr]}}}
+    assert fields(create("", "resourcequotas", quota)[1]) == [field]
+
+
+def test_quota_scope_selector_accepts_valid_requirements() -> None:
+    quota = {"metadata": {"name": "q", "namespace": "ns"}, "spec": {"hard": {"pods": "1"}, "scopeSelector": {
+        "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]},
+                             {"scopeName": "NotBestEffort", "operator": "Exists"}]}}}
+    assert create("", "resourcequotas", quota)[1] == []
