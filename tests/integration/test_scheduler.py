@@ -319,9 +319,11 @@ async def test_restart_mid_burst_loses_and_double_binds_nothing(
     for i in range(4):
         await client.create(NODES, node(f"burst-{i}", cpu="100", labels=sel))
     total = 400  # exactly the pool's capacity: a lost or double-counted pod would leave one pending
-    # The burst is queued before the scheduler starts, so it is mid-burst however fast it binds.
+    # The burst is queued before the scheduler starts, and the first scheduler's client is throttled, so the kill
+    # lands mid-burst however fast the scheduler binds.
     await _create_many(client, "b", total, "burst", sel)
-    sp = spawn([{"schedulerName": "burst"}], "--leader-elect=false", name="burst")
+    sp = spawn([{"schedulerName": "burst"}], "--leader-elect=false", "--kube-api-qps=40", "--kube-api-burst=1",
+               name="burst")
 
     async def some_bound() -> bool:
         return sum(1 for p in await _bound_pods(client, "b-") if p["spec"].get("nodeName")) >= 20
