@@ -122,6 +122,12 @@ def test_exec_over_spdy_output_exit_code_and_stdin(setup: Setup, ns: str) -> Non
     assert echoed.stdout == "hello over spdy\n"
     missing = setup.kubectl("-n", ns, "exec", "shell", "-c", "nope", "--", "true", env=NO_WS, check=False)
     assert missing.returncode != 0 and "container nope is not valid for pod shell" in missing.stderr
+    # -it over SPDY: `script` gives kubectl a terminal; the shell in the pod must see one too, and the
+    # exit code still comes back through the error stream.
+    tty = subprocess.run(["script", "-qec", f"env KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false {KUBECTL} --kubeconfig "
+                          f"{setup.kubeconfig} -n {ns} exec -it shell -- sh -c 'tty; exit 4'", "/dev/null"],
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False)
+    assert "/dev/pts/" in tty.stdout and "exit code 4" in tty.stdout, tty.stdout + tty.stderr
     # With the variables off kubectl speaks only SPDY (no fallback); by default it is WebSocket.
     assert setup.kubectl("-n", ns, "exec", "shell", "--", "cat", "/etc/hostname").stdout == "shell\n"
 

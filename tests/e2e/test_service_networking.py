@@ -1,7 +1,9 @@
 """Service networking across two real nodes (issue 7's Done-when, as far as the pieces go), once per
 kube-proxy mode: a 3-replica Deployment spread over both nodes and `kubectl expose`d; from a client pod
 on each node the ClusterIP reaches several backends, the NodePort answers on each node's IP, a pod on the
-other node answers by pod IP, and the cluster DNS resolves the Service's name to its ClusterIP.
+other node answers by pod IP, a ClientIP-affine Service keeps each client on one backend, and the
+cluster DNS, asked from inside the pods, resolves the Service's name to its ClusterIP, a headless
+Service's name to its pods' IPs and a StatefulSet pod's stable name to that pod's IP.
 
 Every client pod prints what it got; the test reads the kubelet's container log files.
 """
@@ -9,6 +11,7 @@ Every client pod prints what it got; the test reads the kubelet's container log 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -41,9 +44,13 @@ for i in $(seq 1 12); do echo "clusterip $(req "$SVC_IP" 80)"; done
 for i in $(seq 1 3); do echo "byname $(req "web.$NS.svc.cluster.local" 80)"; done
 for ip in $NODE_IPS; do for i in $(seq 1 6); do echo "nodeport-$ip $(req "$ip" "$NODE_PORT")"; done; done
 echo "podip $(req "$REMOTE_POD_IP" 8080)"
+for i in $(seq 1 8); do echo "sticky $(req "$STICKY_IP" 80)"; done
 nslookup "web.$NS.svc.cluster.local" 2>&1 | sed 's/^/dns /'
+nslookup "web-headless.$NS.svc.cluster.local" 2>&1 | sed 's/^/headless /'
+nslookup "db-0.db.$NS.svc.cluster.local" 2>&1 | sed 's/^/sts /'
 echo DONE
 """
+_IPV4 = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b")
 WEB_COMMAND = "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www"
 
 
@@ -56,6 +63,7 @@ class Setup:
     node_ips: dict[str, str]
     cluster_ip: str
     node_port: int
+    db_ip: str
     results: dict[str, dict[str, list[str]]]  # client node -> prefix -> values
     logs: dict[str, str]
 
@@ -76,6 +84,27 @@ def web_deployment() -> dict[str, Any]:
             },
         },
     }
+
+
+def db_statefulset() -> dict[str, Any]:
+    """One replica behind its headless governing Service: the pod's DNS name is db-0.db.<ns>.svc."""
+    return {
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": NS},
+        "spec": {
+            "replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                    "name": "db", "image": "busybox", "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", WEB_COMMAND], "ports": [{"containerPort": 8080}]}]},
+            },
+        },
+    }
+
+
+def headless_service(name: str, app: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NS},
+            "spec": {"clusterIP": "None", "selector": {"app": app}, "ports": [{"port": 8080}]}}
 
 
 def client_pod(node: str, env: dict[str, str]) -> dict[str, Any]:
@@ -124,7 +153,13 @@ def setup(request: pytest.FixtureRequest) -> Iterator[Setup]:
         cluster.kubectl("expose", "deployment", "web", "-n", NS, "--port", "80", "--target-port", "8080")
         cluster.kubectl("expose", "deployment", "web", "-n", NS, "--name", "web-np", "--type", "NodePort",
                         "--port", "80", "--target-port", "8080")
-        for service in ("web", "web-np"):
+        cluster.kubectl("expose", "deployment", "web", "-n", NS, "--name", "web-sticky", "--port", "80",
+                        "--target-port", "8080", "--session-affinity", "ClientIP")
+        cluster.apply(headless_service("web-headless", "web"))
+        cluster.apply(headless_service("db", "db"))
+        cluster.apply(db_statefulset())
+        db = cluster.wait_pod(NS, "db-0", ("Running",))
+        for service in ("web", "web-np", "web-sticky", "web-headless"):
             assert wait_for(lambda s=service: ready_endpoints(cluster, s) == 3, 30), f"{service} has no endpoints"
         pods = running_backends(cluster)
         backends = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
@@ -134,10 +169,13 @@ def setup(request: pytest.FixtureRequest) -> Iterator[Setup]:
                     for n in cluster.get("nodes")["items"]}
         cluster_ip = cluster.get("service", "web", "-n", NS)["spec"]["clusterIP"]
         node_port = int(cluster.get("service", "web-np", "-n", NS)["spec"]["ports"][0]["nodePort"])
+        sticky_ip = cluster.get("service", "web-sticky", "-n", NS)["spec"]["clusterIP"]
+        assert wait_for(lambda: ready_endpoints(cluster, "db") == 1, 30), "db has no endpoints"
         for node in NODES:
             remote = next((name for name, n in backends.items() if n != node), "")
             env = {"NS": NS, "SVC_IP": cluster_ip, "NODE_PORT": str(node_port),
-                   "NODE_IPS": " ".join(node_ips[n] for n in NODES), "REMOTE_POD_IP": backend_ips.get(remote, "")}
+                   "NODE_IPS": " ".join(node_ips[n] for n in NODES), "REMOTE_POD_IP": backend_ips.get(remote, ""),
+                   "STICKY_IP": sticky_ip}
             cluster.apply(client_pod(node, env))
         results, logs = {}, {}
         for node in NODES:
@@ -145,7 +183,8 @@ def setup(request: pytest.FixtureRequest) -> Iterator[Setup]:
             assert wait_for(lambda p=pod: "DONE" in container_log(p, "client"), 10), container_log(pod, "client")
             logs[node] = container_log(pod, "client")
             results[node] = parse(logs[node])
-        yield Setup(cluster, mode, backends, backend_ips, node_ips, cluster_ip, node_port, results, logs)
+        yield Setup(cluster, mode, backends, backend_ips, node_ips, cluster_ip, node_port, db["status"]["podIP"],
+                    results, logs)
     finally:
         pyk8s("down", "--state-dir", str(state_dir), timeout=UP_TIMEOUT)
         shutil.rmtree(state_dir.parent, ignore_errors=True)
@@ -200,3 +239,27 @@ def test_dns_name_resolves_to_the_cluster_ip(setup: Setup, node: str) -> None:
     assert any(setup.cluster_ip in line for line in dns[name_at + 1:]), setup.logs[node]
     by_name = setup.results[node].get("byname", [])
     assert by_name and all(g in setup.backends for g in by_name), setup.logs[node]
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_session_affinity_pins_the_client(setup: Setup, node: str) -> None:
+    got = setup.results[node].get("sticky", [])
+    assert len(got) == 8 and got[0] in setup.backends, setup.logs[node]
+    assert set(got) == {got[0]}, f"ClientIP affinity let {node}'s client reach {set(got)}"
+
+
+def _addresses(lines: list[str]) -> set[str]:
+    """The answer addresses busybox's nslookup printed after the first `Name:` line."""
+    name_at = next((i for i, line in enumerate(lines) if line.startswith("Name:")), len(lines))
+    return {ip for line in lines[name_at:] if line.startswith("Address") for ip in _IPV4.findall(line)}
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_headless_service_resolves_to_its_pod_ips(setup: Setup, node: str) -> None:
+    got = _addresses(setup.results[node].get("headless", []))
+    assert got == set(setup.backend_ips.values()), setup.logs[node]
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_statefulset_pod_name_resolves_to_its_ip(setup: Setup, node: str) -> None:
+    assert _addresses(setup.results[node].get("sts", [])) == {setup.db_ip}, setup.logs[node]
