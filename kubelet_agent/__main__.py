@@ -27,6 +27,9 @@ def options(s: Settings) -> KubeletOptions:
                           node_netns=s.node_netns, resolv_conf=s.resolv_conf, hollow=s.hollow,
                           non_masquerade_cidr=s.non_masquerade_cidr,
                           max_parallel_pod_starts=s.max_parallel_pod_starts, eviction_hard=s.eviction_hard,
+                          eviction_soft=s.eviction_soft, eviction_soft_grace_period=s.eviction_soft_grace_period,
+                          eviction_minimum_reclaim=s.eviction_minimum_reclaim,
+                          eviction_max_pod_grace_period=s.eviction_max_pod_grace_period,
                           eviction_pressure_transition=s.eviction_pressure_transition, housekeeping=s.housekeeping)
 
 

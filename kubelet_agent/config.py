@@ -86,6 +86,10 @@ class Settings:
     non_masquerade_cidr: str = "10.0.0.0/8"
     max_parallel_pod_starts: int = 0
     eviction_hard: dict[str, str] | None = None
+    eviction_soft: dict[str, str] = field(default_factory=dict)
+    eviction_soft_grace_period: dict[str, float] = field(default_factory=dict)
+    eviction_minimum_reclaim: dict[str, str] = field(default_factory=dict)
+    eviction_max_pod_grace_period: int = 0
     eviction_pressure_transition: float = 300.0
     housekeeping: float = 10.0
     # The kubelet API's authentication and authorization, with KubeletConfiguration v1beta1's defaults.
@@ -139,6 +143,14 @@ def parser() -> argparse.ArgumentParser:
                    help="pod traffic to addresses outside this range is masqueraded (the cluster's addresses)")
     p.add_argument("--eviction-hard", default=None,
                    help="hard eviction thresholds, e.g. memory.available<100Mi,nodefs.available<10%%")
+    p.add_argument("--eviction-soft", default=None,
+                   help="soft eviction thresholds, e.g. memory.available<1.5Gi; each needs a grace period")
+    p.add_argument("--eviction-soft-grace-period", default=None,
+                   help="how long each soft threshold must hold before evicting, e.g. memory.available=1m30s")
+    p.add_argument("--eviction-minimum-reclaim", default=None,
+                   help="how far above a threshold eviction brings the signal, e.g. memory.available=500Mi")
+    p.add_argument("--eviction-max-pod-grace-period", type=int, default=None,
+                   help="longest grace period (seconds) a soft eviction gives a pod (default 0: the pod's own)")
     p.add_argument("--eviction-pressure-transition-period", default=None,
                    help="how long a pressure condition stays after its threshold clears (default 5m0s)")
     p.add_argument("--housekeeping-interval", default=None,
@@ -183,6 +195,11 @@ def settings(args: argparse.Namespace) -> Settings:
         s.port = int(doc.get("port", s.port))
         if doc.get("evictionHard") is not None:
             s.eviction_hard = {str(k): str(v) for k, v in doc["evictionHard"].items()}
+        s.eviction_soft = {str(k): str(v) for k, v in (doc.get("evictionSoft") or {}).items()}
+        s.eviction_soft_grace_period = {str(k): parse_duration(v)
+                                        for k, v in (doc.get("evictionSoftGracePeriod") or {}).items()}
+        s.eviction_minimum_reclaim = {str(k): str(v) for k, v in (doc.get("evictionMinimumReclaim") or {}).items()}
+        s.eviction_max_pod_grace_period = int(doc.get("evictionMaxPodGracePeriod", 0))
         s.eviction_pressure_transition = parse_duration(doc.get("evictionPressureTransitionPeriod", "5m"))
         s.address = doc.get("address", s.address)
         s.tls_cert_file = doc.get("tlsCertFile", "")
@@ -231,12 +248,21 @@ def settings(args: argparse.Namespace) -> Settings:
             setattr(s, attr, parse_duration(getattr(args, flag)))
     if args.eviction_hard is not None:
         s.eviction_hard = parse_eviction_flag(args.eviction_hard)
+    if args.eviction_soft is not None:
+        s.eviction_soft = parse_eviction_flag(args.eviction_soft)
+    if args.eviction_soft_grace_period is not None:
+        grace = parse_map(args.eviction_soft_grace_period)
+        s.eviction_soft_grace_period = {k: parse_duration(v) for k, v in grace.items()}
+    if args.eviction_minimum_reclaim is not None:
+        s.eviction_minimum_reclaim = parse_map(args.eviction_minimum_reclaim)
+    if args.eviction_max_pod_grace_period is not None:
+        s.eviction_max_pod_grace_period = args.eviction_max_pod_grace_period
     if args.eviction_pressure_transition_period is not None:
         s.eviction_pressure_transition = parse_duration(args.eviction_pressure_transition_period)
     if args.housekeeping_interval is not None:
         s.housekeeping = parse_duration(args.housekeeping_interval)
-    if s.eviction_hard is not None:
-        parse_thresholds(s.eviction_hard)
+    parse_thresholds(s.eviction_hard or {}, soft=s.eviction_soft, grace_periods=s.eviction_soft_grace_period,
+                     min_reclaim=s.eviction_minimum_reclaim)
     if s.max_parallel_pod_starts < 0:
         raise ValueError(f"--max-parallel-pod-starts must be 0 (the default) or more, not {s.max_parallel_pod_starts}")
     if args.cluster_dns:

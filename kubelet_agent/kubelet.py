@@ -15,9 +15,14 @@ from kubelet_agent.cri.types import Runtime
 from kubelet_agent.eviction import (
     DEFAULT_EVICTION_HARD,
     EvictionManager,
+    Observations,
+    PodStats,
+    RuntimeStats,
     Threshold,
     admit_under_pressure,
     empty_dir_violations,
+    hollow_observations,
+    hollow_stats,
     parse_thresholds,
 )
 from kubelet_agent.node import NODES, NodeAgent, NodeConfig
@@ -57,6 +62,10 @@ class KubeletOptions:
     pod_cidr_wait: float = 3.0
     max_parallel_pod_starts: int = 0
     eviction_hard: dict[str, str] | None = None
+    eviction_soft: dict[str, str] = field(default_factory=dict)
+    eviction_soft_grace_period: dict[str, float] = field(default_factory=dict)
+    eviction_minimum_reclaim: dict[str, str] = field(default_factory=dict)
+    eviction_max_pod_grace_period: int = 0
     eviction_pressure_transition: float = 300.0
 
 
@@ -101,6 +110,7 @@ class Kubelet:
         self.node_informer: Informer | None = None
         self._cidr_seen = asyncio.Event()
         self.eviction: EvictionManager | None = None
+        self._runtime_stats: RuntimeStats | None = None
         self.rejections: EventRecorder | None = None
 
     @property
@@ -114,12 +124,8 @@ class Kubelet:
         self.node_config.runtime_version = f"{rt_name}://{rt_version}"
         if self.manages_cni:
             self.agent.runtime_errors = [NETWORK_NOT_READY]
-        if not self.runtime.simulated or self.options.eviction_hard is not None:
-            hard = DEFAULT_EVICTION_HARD if self.options.eviction_hard is None else self.options.eviction_hard
-            self.eviction = EvictionManager(parse_thresholds(hard), self.options.root_dir,
-                                            transition=self.options.eviction_pressure_transition,
-                                            image_fs=getattr(self.runtime, "image_fs_path", None),
-                                            on_change=self._post_node_status)
+        if not self.runtime.simulated or self.options.eviction_hard is not None or self.options.eviction_soft:
+            self.eviction = self._eviction_manager()
             self.agent.pressure = self.eviction.pressure
             await self.eviction.synchronize()
         node = await self.agent.register()
@@ -162,6 +168,30 @@ class Kubelet:
             await self._post_node_status()
         self.ready.set()
 
+    def _eviction_manager(self) -> EvictionManager:
+        """Thresholds as configured (upstream's hard defaults when none is); a hollow node's signals and pod
+        usage come from its pods' usage annotations, a real node's from the host and the runtime's stats."""
+        o = self.options
+        hard = DEFAULT_EVICTION_HARD if o.eviction_hard is None else o.eviction_hard
+        thresholds = parse_thresholds(hard, soft=o.eviction_soft, grace_periods=o.eviction_soft_grace_period,
+                                      min_reclaim=o.eviction_minimum_reclaim)
+        if self.runtime.simulated:
+            async def observer() -> Observations:
+                return hollow_observations(self.agent.capacity, [w.pod for w in self._running().values()])
+
+            async def stats(pods: list[dict[str, Any]], _resource: str) -> dict[str, PodStats]:
+                return {p["metadata"]["uid"]: seen for p in pods if (seen := hollow_stats(p)) is not None}
+
+            return EvictionManager(thresholds, o.root_dir, transition=o.eviction_pressure_transition,
+                                   on_change=self._post_node_status, observer=observer, stats=stats,
+                                   max_pod_grace=o.eviction_max_pod_grace_period)
+        endpoint = getattr(self.runtime, "endpoint", None)
+        self._runtime_stats = RuntimeStats(endpoint, o.root_dir) if endpoint else None
+        return EvictionManager(thresholds, o.root_dir, transition=o.eviction_pressure_transition,
+                               image_fs=getattr(self.runtime, "image_fs_path", None),
+                               on_change=self._post_node_status, stats=self._runtime_stats,
+                               max_pod_grace=o.eviction_max_pod_grace_period)
+
     async def _post_node_status(self) -> None:
         if not self.agent.registered.is_set():
             return
@@ -194,6 +224,8 @@ class Kubelet:
         if self._own_status:
             await self.status.stop()
         await self.runtime.close()
+        if self._runtime_stats is not None:
+            await self._runtime_stats.close()
         if self.ctx is not None:
             self.ctx.dialer.close()
 
@@ -399,25 +431,40 @@ class Kubelet:
             await asyncio.sleep(self.options.housekeeping)
             try:
                 if self.eviction is not None:
-                    self.evict_for_pressure(await self.eviction.synchronize())
+                    evicted = await self.evict_for_pressure(await self.eviction.synchronize())
+                    if evicted is not None:
+                        await self._wait_for_cleanup(evicted)
                 await self.check_empty_dirs()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("eviction check failed")
 
-    def evict_for_pressure(self, met: list[Threshold]) -> None:
-        """Evict one pod per pass while a hard threshold is met, so the next pass sees its effect first."""
+    def _running(self) -> dict[str, PodWorker]:
+        return {w.uid: w for w in self.workers.values()
+                if not w.terminal and w.rejected is None and w.evicted is None and not w.gone}
+
+    async def evict_for_pressure(self, met: list[Threshold]) -> PodWorker | None:
+        """Evict one pod per pass while a threshold is met, so the next pass sees its effect first."""
         if self.eviction is None or not met:
-            return
-        running = {w.uid: w for w in self.workers.values()
-                   if not w.terminal and w.rejected is None and w.evicted is None and not w.gone}
-        chosen = self.eviction.victim(met, [w.pod for w in running.values()], qos_class)
-        if chosen is not None:
-            pod, message = chosen
-            log.info("evicting pod", pod=f"{pod['metadata'].get('namespace')}/{pod['metadata'].get('name')}",
-                     message=message)
-            running[pod["metadata"]["uid"]].evict(message)
+            return None
+        running = self._running()
+        chosen = await self.eviction.victim(met, [w.pod for w in running.values()], qos_class)
+        worker = running.get(chosen.pod["metadata"]["uid"]) if chosen is not None else None
+        if chosen is not None and worker is not None:
+            log.info("evicting pod", pod=f"{worker.meta.get('namespace')}/{worker.meta.get('name')}",
+                     message=chosen.message, grace=chosen.grace)
+            worker.evict(chosen.message, chosen.grace)
+            return worker
+        return None
+
+    @staticmethod
+    async def _wait_for_cleanup(worker: PodWorker) -> None:
+        """Let a gracefully evicted pod stop (for up to 30s, as upstream) before the next pass measures again."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(30):
+                while not worker.terminal and not worker.done.is_set():  # noqa: ASYNC110 - a flag; upstream polls
+                    await asyncio.sleep(1.0)
 
     async def check_empty_dirs(self) -> None:
         """Evict each running pod whose emptyDir holds more than its sizeLimit."""

@@ -105,6 +105,7 @@ class PodWorker:
         self.done = asyncio.Event()
         self.ticket = ctx.gate.ticket() if ctx.gate is not None else 0
         self.evicted: str | None = None
+        self.evict_grace = 0
         self.rejected: tuple[str, str] | None = None
 
     @property
@@ -139,10 +140,12 @@ class PodWorker:
         self.gone = True
         self.wake()
 
-    def evict(self, message: str) -> None:
-        """Fail the pod now (hard eviction: no grace period), with reason Evicted and `message`."""
+    def evict(self, message: str, grace: int = 0) -> None:
+        """Fail the pod with reason Evicted and `message`, stopping it within `grace` seconds (0 for a hard
+        threshold or an emptyDir over its limit; a soft threshold gives the pod its capped grace period)."""
         if self.evicted is None and not self.terminal:
             self.evicted = message
+            self.evict_grace = grace
             self.wake()
 
     def reject(self, reason: str, message: str) -> None:
@@ -263,7 +266,7 @@ class PodWorker:
         rt = self.ctx.runtime
         self._event("Warning", "Evicted", self.evicted or "")
         await self.probes.stop()
-        await self._kill_all(containers, 0, "evicted")
+        await self._kill_all(containers, self.evict_grace, "evicted")
         if sandbox is not None and sandbox.ready:
             with contextlib.suppress(RuntimeError_):
                 await rt.stop_sandbox(sandbox.id)

@@ -68,11 +68,11 @@ async def test_one_victim_per_pass(tmp_path: Path) -> None:
                               str(tmp_path))
     met = await manager.synchronize()
     assert [t.signal for t in met] == ["memory.available"] and manager.pressure["memory"]
-    assert manager.victim([], [pod("be")], qos_class) is None
-    chosen = manager.victim(met, [pod("g", GUARANTEED), pod("be")], qos_class)
-    assert chosen is not None and chosen[0]["metadata"]["name"] == "be"
-    assert chosen[1].startswith("The node was low on resource: memory. Threshold quantity: 1000Ti, available: ")
-    assert manager.victim(met, [pod("critical", priority=2_000_000_000)], qos_class) is None
+    assert await manager.victim([], [pod("be")], qos_class) is None
+    chosen = await manager.victim(met, [pod("g", GUARANTEED), pod("be")], qos_class)
+    assert chosen is not None and chosen.pod["metadata"]["name"] == "be" and chosen.grace == 0
+    assert chosen.message.startswith("The node was low on resource: memory. Threshold quantity: 1000Ti, available: ")
+    assert await manager.victim(met, [pod("critical", priority=2_000_000_000)], qos_class) is None
 
 
 def test_admission_under_pressure() -> None:
