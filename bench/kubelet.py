@@ -59,8 +59,9 @@ async def wait_nodes(client: Client, count: int, limit: float) -> None:
     raise RuntimeError(f"only {ready} of {count} nodes Ready")
 
 
-async def create_and_watch(client: Client, ns: str, bodies: list[dict], concurrency: int = 32) -> list[float]:
-    """Create pods and return create->Running latencies as seen by a watch."""
+async def create_and_watch(client: Client, ns: str, bodies: list[dict], concurrency: int = 32,
+                           pace: float = 0.0) -> list[float]:
+    """Create pods (all at once, or `pace` a second) and return create->Running latencies seen by a watch."""
     rv = (await client.list(PODS, ns))["metadata"]["resourceVersion"]
     created: dict[str, float] = {}
     running: dict[str, float] = {}
@@ -80,13 +81,16 @@ async def create_and_watch(client: Client, ns: str, bodies: list[dict], concurre
 
     watcher = asyncio.create_task(watch())
     sem = asyncio.Semaphore(concurrency)
+    start = time.monotonic()
 
-    async def one(body: dict) -> None:
+    async def one(i: int, body: dict) -> None:
+        if pace > 0:
+            await asyncio.sleep(max(0.0, start + i / pace - time.monotonic()))
         async with sem:
             created[body["metadata"]["name"]] = time.monotonic()
             await client.create(PODS, body, ns)
 
-    await asyncio.gather(*(one(b) for b in bodies))
+    await asyncio.gather(*(one(i, b) for i, b in enumerate(bodies)))
     await asyncio.wait_for(done.wait(), 180)
     watcher.cancel()
     return [running[n] - created[n] for n in created]
@@ -116,7 +120,8 @@ def cpuacct_seconds(group: Path | None) -> float:
     return int((group / "cpuacct.usage").read_text()) / 1e9 if group else 0.0
 
 
-async def real_node(client: Client, kubeconfig: Path, base: Path, pods: int, kubelet_args: list[str]) -> dict:
+async def real_node(client: Client, kubeconfig: Path, base: Path, pods: int, kubelet_args: list[str],
+                    pace: float) -> dict:
     from tests.e2e.containerd_fixture import oci_runtime, start_containerd, stop_containerd
 
     c = await asyncio.to_thread(start_containerd, base / "ctrd", f"pyk8s-bkl-{os.getpid()}")
@@ -134,9 +139,11 @@ async def real_node(client: Client, kubeconfig: Path, base: Path, pods: int, kub
         await client.create(gvr("v1", "namespaces", namespaced=False),
                             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench-real"}})
         runtime_cpu, kubelet_cpu = cpuacct_seconds(group), proc_usage(proc.pid)[0]
-        latencies = await create_and_watch(client, "bench-real", [pod(f"p{i}", "bench-real") for i in range(pods)], 8)
+        latencies = await create_and_watch(client, "bench-real", [pod(f"p{i}", "bench-real") for i in range(pods)], 8,
+                                           pace)
         runtime_cpu, kubelet_cpu = cpuacct_seconds(group) - runtime_cpu, proc_usage(proc.pid)[0] - kubelet_cpu
-        return {"pods": pods, "p50_s": round(pct(latencies, 50), 3), "p99_s": round(pct(latencies, 99), 3),
+        return {"pods": pods, "pace_per_s": pace or "all at once",
+                "p50_s": round(pct(latencies, 50), 3), "p99_s": round(pct(latencies, 99), 3),
                 "max_s": round(max(latencies), 3), "oci_runtime": Path(oci_runtime()).name,
                 "containerd_cpu_ms_per_pod": round(runtime_cpu / pods * 1000, 1) if group else None,
                 "kubelet_cpu_ms_per_pod": round(kubelet_cpu / pods * 1000, 1)}
@@ -183,6 +190,8 @@ async def main() -> None:
     ap.add_argument("--hollow-nodes", type=int, default=1000)
     ap.add_argument("--pods-per-node", type=int, default=30)
     ap.add_argument("--steady", type=float, default=60.0)
+    ap.add_argument("--pace", type=float, default=0.0,
+                    help="create the real node's pods this many a second (default: all at once)")
     ap.add_argument("--skip-real", action="store_true")
     ap.add_argument("--skip-hollow", action="store_true")
     ap.add_argument("--kubelet-arg", action="append", default=[],
@@ -200,7 +209,8 @@ async def main() -> None:
     results: dict = {}
     try:
         if not args.skip_real and os.geteuid() == 0:
-            results["real_node_startup"] = await real_node(client, kubeconfig, base, args.pods, args.kubelet_arg)
+            results["real_node_startup"] = await real_node(client, kubeconfig, base, args.pods, args.kubelet_arg,
+                                                             args.pace)
             print(json.dumps({"real_node_startup": results["real_node_startup"]}), flush=True)
         if not args.skip_hollow:
             results["hollow"] = await hollow(client, kubeconfig, base, args.hollow_nodes, args.pods_per_node,
