@@ -12,6 +12,7 @@ import orjson
 import structlog
 
 from apiserver.auth.admission import SYSTEM_PRIORITY_CLASSES, Admission
+from apiserver.auth.bootstrap_policy import Stores, ensure_bootstrap_policy
 from apiserver.auth.tokens import DEFAULT_ISSUER, TokenIssuer
 from apiserver.customresources import CustomResourceServer
 from apiserver.registry.store import RESTStore, ServerContext, WriteOptions
@@ -110,7 +111,8 @@ class APIServer:
                 raise
 
     async def _bootstrap(self) -> None:
-        """System namespaces, the `kubernetes` Service and its Endpoints, as upstream's bootstrap controller."""
+        """System namespaces, the `kubernetes` Service and its Endpoints, as upstream's bootstrap controller,
+        and the default RBAC policy, as its rbac/bootstrap-roles hook."""
         namespaces = self.store("", "v1", "namespaces")
         for name in SYSTEM_NAMESPACES:
             await self._ensure(namespaces, None, {"metadata": {"name": name}})
@@ -133,6 +135,12 @@ class APIServer:
             "subsets": [{"addresses": [{"ip": self.options.advertise_address}],
                          "ports": [{"name": "https", "port": self.options.secure_port, "protocol": "TCP"}]}],
         })
+        await ensure_bootstrap_policy(Stores(
+            roles=self.store("rbac.authorization.k8s.io", "v1", "roles"),
+            cluster_roles=self.store("rbac.authorization.k8s.io", "v1", "clusterroles"),
+            role_bindings=self.store("rbac.authorization.k8s.io", "v1", "rolebindings"),
+            cluster_role_bindings=self.store("rbac.authorization.k8s.io", "v1", "clusterrolebindings"),
+        ))
 
     async def _compact_loop(self) -> None:
         """Compact etcd history every interval to the revision seen one interval earlier, like upstream.

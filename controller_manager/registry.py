@@ -42,7 +42,7 @@ class Descriptor:
 KNOWN_UNIMPLEMENTED = (
     "nodelifecycle", "route", "service",
     "cloud-node-lifecycle", "persistentvolume-binder", "attachdetach", "persistentvolume-expander",
-    "clusterrole-aggregation", "pvc-protection", "pv-protection", "horizontalpodautoscaling",
+    "pvc-protection", "pv-protection", "horizontalpodautoscaling",
     "disruption", "csrsigning", "csrapproving", "csrcleaner", "tokencleaner", "bootstrapsigner",
     "ephemeral-volume", "serviceaccount-token",
     "storage-version-gc", "resourceclaim", "legacy-serviceaccount-token-cleaner", "validatingadmissionpolicy-status",
