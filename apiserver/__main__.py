@@ -15,6 +15,28 @@ import uvicorn
 from apiserver.endpoints.app import APIApp
 from apiserver.endpoints.proxy import KubeletClientConfig
 from apiserver.server import APIServer, Options
+from services.runtime.durations import go_duration
+
+
+def event_ttl(text: str) -> int:
+    """--event-ttl in whole seconds: etcd leases count in seconds, and 0 keeps events for good."""
+    try:
+        seconds = go_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds != 0 and seconds < 1:
+        raise argparse.ArgumentTypeError(f'must be 0 or at least 1s, "{text}" given')
+    return int(seconds)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'invalid integer "{text}"') from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, {value} given")
+    return value
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -22,6 +44,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--etcd-servers", default="http://127.0.0.1:2379", help="comma-separated etcd client URLs")
     p.add_argument("--etcd-prefix", default="/registry")
     p.add_argument("--etcd-compaction-interval", type=float, default=300.0, help="seconds; 0 disables")
+    p.add_argument("--event-ttl", type=event_ttl, default=3600, metavar="DURATION",
+                   help="how long events are kept after their last write (default 1h0m0s)")
+    p.add_argument("--lease-reuse-duration-seconds", type=positive_int, default=60, metavar="SECONDS",
+                   help="how long one etcd lease is reused for objects with a TTL (events)")
     p.add_argument("--bind-address", default="0.0.0.0")
     p.add_argument("--secure-port", type=int, default=6443, help="HTTPS port; 0 disables")
     p.add_argument("--insecure-port", type=int, default=0, help="plain HTTP on 127.0.0.1 (tests); 0 disables")
@@ -80,6 +106,8 @@ async def serve(args: argparse.Namespace) -> None:
         service_account_issuer=args.service_account_issuer,
         service_account_signing_key_file=args.service_account_signing_key_file,
         api_audiences=[a for a in args.api_audiences.split(",") if a],
+        event_ttl=args.event_ttl,
+        lease_reuse_duration_seconds=args.lease_reuse_duration_seconds,
     )
     server = APIServer(options)
     app = APIApp(server, kubelet_config(args))

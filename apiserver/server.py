@@ -40,6 +40,9 @@ class Options:
     service_account_issuer: str = DEFAULT_ISSUER
     service_account_signing_key_file: str = ""
     api_audiences: list[str] = field(default_factory=list)
+    #: Seconds etcd keeps each Event after its last write (--event-ttl); 0 keeps them for good.
+    event_ttl: int = 3600
+    lease_reuse_duration_seconds: int = 60
 
 
 class APIServer:
@@ -48,7 +51,7 @@ class APIServer:
     def __init__(self, options: Options) -> None:
         self.options = options
         self.catalog = Catalog()
-        self.etcd = EtcdStore(options.etcd_servers)
+        self.etcd = EtcdStore(options.etcd_servers, lease_reuse_seconds=options.lease_reuse_duration_seconds)
         root = options.etcd_prefix.rstrip("/") + "/"
         self.cache = WatchCache(self.etcd, root)
         self.ctx = ServerContext(
@@ -57,6 +60,7 @@ class APIServer:
             root=root,
             service_cidr=ipaddress.IPv4Network(options.service_cluster_ip_range, strict=False),
             node_port_range=options.service_node_port_range,
+            event_ttl=options.event_ttl,
         )
         self.ctx.admission = Admission(self.cache, root)
         self.tokens = TokenIssuer.load_or_create(

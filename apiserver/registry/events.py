@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from apiserver.registry.base import MetaStrategy, get
 from apiserver.registry.conversion import event_to_core
 from apiserver.registry.strategy import Cause, Obj
@@ -28,6 +30,10 @@ class EventStrategy(MetaStrategy):
 
     allow_create_on_update = True
 
+    def ttl(self, ctx: Any) -> int:
+        """Seconds every create and update keeps an event (the apiserver's --event-ttl), as upstream."""
+        return int(ctx.event_ttl)
+
     def validate_spec(self, obj: Obj) -> list[Cause]:
         if obj.get("reportingComponent") or obj.get("eventTime"):
             return _validate_new_event(obj)
@@ -45,6 +51,7 @@ class EventsV1Strategy(MetaStrategy):
     """events.k8s.io/v1 Event: the new-style rules, field paths in this version's names."""
 
     allow_create_on_update = True
+    ttl = EventStrategy.ttl
 
     def validate_spec(self, obj: Obj) -> list[Cause]:
         return _validate_new_event(obj if "involvedObject" in obj else event_to_core(obj, shared=True))

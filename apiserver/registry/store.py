@@ -50,6 +50,8 @@ class ServerContext:
     service_cidr: ipaddress.IPv4Network = field(default_factory=lambda: ipaddress.IPv4Network("10.96.0.0/12"))
     node_port_range: tuple[int, int] = (30000, 32767)
     admission: Admission | None = None
+    #: Seconds etcd keeps an Event after its last write (--event-ttl); 0 keeps events for good.
+    event_ttl: int = 3600
 
     async def taken(self, prefix: str) -> set[str]:
         """Allocation keys (relative to the storage root) held under `prefix`, read from etcd, never a cache."""
@@ -123,6 +125,9 @@ class RESTStore:
         self.prefix = f"{ctx.root}{res.etcd_prefix}/"
         self.cache: ResourceCache = ctx.cache.register(self.prefix)
         self._converts = conversion.needs_conversion(res)
+        # Seconds each write keeps the object in etcd (upstream's TTLFunc); 0 for resources that never expire.
+        ttl = getattr(strategy, "ttl", None)
+        self.ttl: int = ttl(ctx) if ttl is not None else 0
 
     # -- keys and conversion ------------------------------------------------------
     def key(self, namespace: str | None, name: str) -> str:
@@ -437,7 +442,9 @@ class RESTStore:
             if dry_run:
                 return self.out(obj)
             try:
-                revision = await self.ctx.etcd.create(key, self._encode(obj), self._keys(allocation.create))
+                revision = await self.ctx.etcd.create(
+                    key, self._encode(obj), self._keys(allocation.create), ttl=self.ttl
+                )
             except KeyExists as exc:
                 if exc.key == key:
                     if name_retries > 0:
@@ -512,7 +519,7 @@ class RESTStore:
                 allocation = await self.strategy.allocate(self.ctx, new, allocation_old)
                 released = [k for k in self._released(allocation_old) if k not in self._released(new)]
                 revision = await self.ctx.etcd.update(
-                    key, self._encode(new), kv.mod_revision, self._keys(allocation.create), released
+                    key, self._encode(new), kv.mod_revision, self._keys(allocation.create), released, ttl=self.ttl
                 )
             except RevisionMismatch as exc:
                 if wanted_rv:
@@ -619,7 +626,7 @@ class RESTStore:
                 if self._finished_deleting(new):
                     await self.ctx.etcd.delete(key, revision, self._released(new))
                     return self.out(new)
-                rv = await self.ctx.etcd.update(key, self._encode(new), revision)
+                rv = await self.ctx.etcd.update(key, self._encode(new), revision, ttl=self.ttl)
             except RevisionMismatch as exc:
                 if exc.current is None and entry is None:
                     raise self._not_found(name) from exc
@@ -738,7 +745,7 @@ class RESTStore:
             if opts.dry_run:
                 return self.out(pending), False
             try:
-                revision = await self.ctx.etcd.update(key, self._encode(pending), kv.mod_revision)
+                revision = await self.ctx.etcd.update(key, self._encode(pending), kv.mod_revision, ttl=self.ttl)
             except RevisionMismatch:
                 continue
             pending["metadata"]["resourceVersion"] = str(revision)

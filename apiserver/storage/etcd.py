@@ -3,7 +3,9 @@
 Writes are single transactions that compare the key's revision, so a stale write
 fails instead of overwriting. Several endpoints may be given; when the one in use
 fails, calls and the watch move to the next and the watch resumes from the last
-revision it delivered, so nothing is lost or seen twice.
+revision it delivered, so nothing is lost or seen twice. A write with a TTL attaches
+the object to a shared etcd lease (see `lease.py`); etcd deletes it when the lease
+expires, and the watch reports that like any other delete.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import structlog
 from aetcd import exceptions as etcd_errors
 from aetcd import rpc
 from prometheus_client import Histogram
+
+from apiserver.storage.lease import DEFAULT_MAX_OBJECTS, DEFAULT_REUSE_SECONDS, LeaseManager
 
 log = structlog.get_logger("apiserver.storage")
 
@@ -121,8 +125,8 @@ def _at(key: str, revision: int) -> Any:
     return rpc.Compare(key=key.encode(), target=rpc.Compare.MOD, result=_EQ, mod_revision=revision)
 
 
-def _put(key: str, value: bytes) -> Any:
-    return rpc.RequestOp(request_put=rpc.PutRequest(key=key.encode(), value=value))
+def _put(key: str, value: bytes, lease: int = 0) -> Any:
+    return rpc.RequestOp(request_put=rpc.PutRequest(key=key.encode(), value=value, lease=lease))
 
 
 def _del(key: str) -> Any:
@@ -136,7 +140,12 @@ def _read_op(key: str) -> Any:
 class EtcdStore:
     """A thin, fast layer over etcd's KV and Watch APIs with endpoint failover."""
 
-    def __init__(self, endpoints: list[str]) -> None:
+    def __init__(
+        self,
+        endpoints: list[str],
+        lease_reuse_seconds: int = DEFAULT_REUSE_SECONDS,
+        lease_max_objects: int = DEFAULT_MAX_OBJECTS,
+    ) -> None:
         if not endpoints:
             raise ValueError("at least one etcd endpoint is required")
         self._endpoints = [self._host_port(e) for e in endpoints]
@@ -144,6 +153,8 @@ class EtcdStore:
         self._client: aetcd.Client | None = None
         self._lock = asyncio.Lock()
         self._generation = 0
+        self.leases = LeaseManager(self._grant_lease, reuse_seconds=lease_reuse_seconds,
+                                   max_objects=lease_max_objects)
 
     @staticmethod
     def _host_port(url: str) -> tuple[str, int]:
@@ -289,14 +300,19 @@ class EtcdStore:
             raise
 
     # -- writes ----------------------------------------------------------------
-    async def create(self, key: str, value: bytes, also_create: dict[str, bytes] | None = None) -> int:
-        """Create `key` (and allocation keys) atomically; KeyExists names the key that was taken."""
+    async def create(
+        self, key: str, value: bytes, also_create: dict[str, bytes] | None = None, ttl: int = 0
+    ) -> int:
+        """Create `key` (and allocation keys) atomically; KeyExists names the key that was taken.
+
+        With `ttl` (seconds) etcd deletes the key once that time has passed.
+        """
         also = also_create or {}
         keys = [key, *also]
         compare = [_absent(k) for k in keys]
-        success = [_put(key, value)] + [_put(k, v) for k, v in also.items()]
+        rest = [_put(k, v) for k, v in also.items()]
         failure = [_read_op(k) for k in keys]
-        resp, sent = await self._txn("create", compare, success, failure)
+        resp, sent = await self._write("create", key, value, ttl, compare, rest, failure)
         if resp.succeeded:
             return int(resp.header.revision)
         existing = resp.responses[0].response_range.kvs
@@ -315,14 +331,17 @@ class EtcdStore:
         revision: int,
         also_create: dict[str, bytes] | None = None,
         also_delete: list[str] | None = None,
+        ttl: int = 0,
     ) -> int:
-        """Compare-and-swap on the key's mod revision; RevisionMismatch carries what is there now."""
+        """Compare-and-swap on the key's mod revision; RevisionMismatch carries what is there now.
+
+        The write replaces the key's lease: with `ttl` its life starts over, without it the key stays.
+        """
         also = also_create or {}
         compare = [_at(key, revision)] + [_absent(k) for k in also]
-        success = [_put(key, value)] + [_put(k, v) for k, v in also.items()]
-        success += [_del(k) for k in also_delete or ()]
+        rest = [_put(k, v) for k, v in also.items()] + [_del(k) for k in also_delete or ()]
         failure = [_read_op(key)] + [_read_op(k) for k in also]
-        resp, sent = await self._txn("update", compare, success, failure)
+        resp, sent = await self._write("update", key, value, ttl, compare, rest, failure)
         if resp.succeeded:
             return int(resp.header.revision)
         kvs = resp.responses[0].response_range.kvs
@@ -358,6 +377,28 @@ class EtcdStore:
 
         resp = await self._call("put", run)
         return int(resp.header.revision)
+
+    async def _write(
+        self, op: str, key: str, value: bytes, ttl: int, compare: list[Any], rest: list[Any], failure: list[Any]
+    ) -> tuple[Any, int]:
+        """The transaction that puts `key` (on a shared lease when `ttl` is set) and then `rest`."""
+        lease = await self.leases.lease(ttl) if ttl > 0 else 0
+        try:
+            return await self._txn(op, compare, [_put(key, value, lease), *rest], failure)
+        except rpc.AioRpcError as exc:
+            # The lease is gone before its time (revoked by hand, or an etcd restored from a backup).
+            if not lease or exc.code() != rpc.StatusCode.NOT_FOUND:
+                raise
+            self.leases.forget(lease)
+        lease = await self.leases.lease(ttl)
+        return await self._txn(op, compare, [_put(key, value, lease), *rest], failure)
+
+    async def _grant_lease(self, ttl: int) -> int:
+        async def run(c: aetcd.Client) -> Any:
+            return await c.leasestub.LeaseGrant(rpc.LeaseGrantRequest(TTL=ttl), timeout=_CALL_TIMEOUT)
+
+        resp = await self._call("lease_grant", run)
+        return int(resp.ID)
 
     async def _txn(self, op: str, compare: list[Any], success: list[Any], failure: list[Any]) -> tuple[Any, int]:
         request = rpc.TxnRequest(compare=compare, success=success, failure=failure)
