@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import re
 import socket
 import uuid
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ from controller_manager.registry import discover, enabled
 from services.client import Client
 from services.informers import LeaderElector, SharedInformerFactory, strip_managed_fields
 from services.runtime import base_parser, client_config, run, setup_logging, start_health
+from services.runtime.durations import duration_flag
 
 log = structlog.get_logger(__name__)
 
@@ -40,21 +40,7 @@ CONCURRENCY_FLAGS = (
     ("concurrent-service-endpoint-syncs", 5),
 )
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
-_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
-
-def duration(text: str) -> float:
-    """A Go duration ("15s", "1m30s", "500ms") or plain seconds, in seconds."""
-    text = text.strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}")
-    return sum(float(n) * _UNITS[u] for n, u in parts)
 
 
 def boolean(text: str) -> bool:
@@ -75,23 +61,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated controllers: '*' the defaults, 'foo' enables, '-foo' disables",
     )
     parser.add_argument("--leader-elect", type=boolean, nargs="?", const=True, default=True)
-    parser.add_argument("--leader-elect-lease-duration", type=duration, default=15.0)
-    parser.add_argument("--leader-elect-renew-deadline", type=duration, default=10.0)
-    parser.add_argument("--leader-elect-retry-period", type=duration, default=2.0)
+    parser.add_argument("--leader-elect-lease-duration", type=duration_flag, default=15.0)
+    parser.add_argument("--leader-elect-renew-deadline", type=duration_flag, default=10.0)
+    parser.add_argument("--leader-elect-retry-period", type=duration_flag, default=2.0)
     parser.add_argument("--leader-elect-resource-namespace", default="kube-system")
     parser.add_argument("--leader-elect-resource-name", default="kube-controller-manager")
     for flag, default in CONCURRENCY_FLAGS:
         parser.add_argument(f"--{flag}", type=int, default=default)
     parser.add_argument("--terminated-pod-gc-threshold", type=int, default=12500)
     parser.add_argument("--enable-garbage-collector", type=boolean, nargs="?", const=True, default=True)
-    parser.add_argument("--namespace-sync-period", type=duration, default=300.0)
-    parser.add_argument("--min-resync-period", type=duration, default=0.0,
+    parser.add_argument("--namespace-sync-period", type=duration_flag, default=300.0)
+    parser.add_argument("--min-resync-period", type=duration_flag, default=0.0,
                         help="informer resync period; 0 leaves resyncs off (pyk8s controllers are event driven)")
     # pyk8s additions for tests; upstream hard-codes these.
-    parser.add_argument("--podgc-period", type=duration, default=20.0, help="how often pod GC runs")
-    parser.add_argument("--podgc-orphan-grace", type=duration, default=40.0,
+    parser.add_argument("--podgc-period", type=duration_flag, default=20.0, help="how often pod GC runs")
+    parser.add_argument("--podgc-orphan-grace", type=duration_flag, default=40.0,
                         help="how long a pod's node must stay missing before its pods are deleted")
-    parser.add_argument("--gc-discovery-period", type=duration, default=30.0,
+    parser.add_argument("--gc-discovery-period", type=duration_flag, default=30.0,
                         help="how often the garbage collector rereads discovery for new resources")
     for desc in discover().values():
         add_flags = getattr(desc.module, "add_flags", None)

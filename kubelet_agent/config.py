@@ -4,7 +4,6 @@ given on the command line win, as upstream."""
 from __future__ import annotations
 
 import argparse
-import re
 import socket
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,23 +14,9 @@ from kubelet_agent.eviction import parse_eviction_flag, parse_thresholds
 from kubelet_agent.node import parse_taint
 from services.api.quantity import format_quantity, parse_quantity
 from services.runtime import base_parser
+from services.runtime.durations import duration as parse_duration
 
 DEFAULT_ENDPOINT = "unix:///run/containerd/containerd.sock"
-
-
-def parse_duration(text: str | int | float) -> float:
-    """Go durations as the config file writes them: 10s, 5m0s, 1h, 500ms."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    text = text.strip()
-    if text == "0":
-        return 0.0
-    if not re.fullmatch(r"(\d+(\.\d+)?(ms|s|m|h))+", text):
-        raise ValueError(f"invalid duration {text!r}: want e.g. 10s, 5m0s, 1h, 500ms")
-    total = 0.0
-    for value, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text):
-        total += float(value) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
-    return total
 
 
 def parse_bool(text: str) -> bool:

@@ -19,34 +19,10 @@ from proxy_agent.proxier import Proxier
 from proxy_agent.tracker import ProxyState
 from services.client import Client
 from services.runtime import HealthServer, base_parser, client_config, run, setup_logging
+from services.runtime.durations import duration_flag
 
 log = structlog.get_logger("proxy_agent")
 
-
-def duration(text: str) -> float:
-    """A Go duration ("30s", "1m", "500ms", "1h0m0s") or plain seconds."""
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    total, num = 0.0, ""
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c.isdigit() or c == ".":
-            num += c
-            i += 1
-            continue
-        unit = "ms" if text.startswith("ms", i) else c
-        if unit not in units or not num:
-            raise argparse.ArgumentTypeError(f"invalid duration {text!r}")
-        total += float(num) * units[unit]
-        num = ""
-        i += len(unit)
-    if num:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}")
-    return total
 
 
 def host_port(default_port: int) -> type:
@@ -66,10 +42,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster-cidr", default="", help="pod CIDR; traffic from outside it is masqueraded")
     p.add_argument("--masquerade-all", action="store_true", help="masquerade all traffic to Service IPs")
     p.add_argument("--nodeport-addresses", default="", help="comma-separated CIDRs NodePorts listen on")
-    p.add_argument("--sync-period", type=duration, default=30.0)
+    p.add_argument("--sync-period", type=duration_flag, default=30.0)
     p.add_argument(
         "--min-sync-period",
-        type=duration,
+        type=duration_flag,
         default=1.0,
         help="least time between syncs (upstream's 1s); a change after a quiet spell is applied at once",
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import re
 import socket
 import sys
 import uuid
@@ -17,30 +16,12 @@ from scheduler.scheduler import Scheduler
 from services.client import Client
 from services.informers import LeaderElector
 from services.runtime import base_parser, client_config, run, setup_logging, start_health
+from services.runtime.durations import duration, duration_flag
 
 log = structlog.get_logger("scheduler")
 
 DEFAULT_SECURE_PORT = 10259
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
-
-def duration(text: str) -> float:
-    """A Go duration ("15s", "1m30s", "500ms") or plain seconds, in seconds."""
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    total = 0.0
-    pos = 0
-    for m in _DURATION.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    if pos != len(text) or not text:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}")
-    return total
 
 
 def boolean(text: str) -> bool:
@@ -56,9 +37,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="path to a KubeSchedulerConfiguration file")
     p.add_argument("--leader-elect", type=boolean, nargs="?", const=True, default=None,
                    help="elect a leader through a Lease before scheduling (default true)")
-    p.add_argument("--leader-elect-lease-duration", type=duration, default=None)
-    p.add_argument("--leader-elect-renew-deadline", type=duration, default=None)
-    p.add_argument("--leader-elect-retry-period", type=duration, default=None)
+    p.add_argument("--leader-elect-lease-duration", type=duration_flag, default=None)
+    p.add_argument("--leader-elect-renew-deadline", type=duration_flag, default=None)
+    p.add_argument("--leader-elect-retry-period", type=duration_flag, default=None)
     p.add_argument("--leader-elect-resource-namespace", default=None)
     p.add_argument("--leader-elect-resource-name", default=None)
     p.add_argument("--identity", default=None, help="leader election identity (default hostname_uuid)")
@@ -84,7 +65,7 @@ def leader_settings(args: argparse.Namespace, config: SchedulerConfig) -> Leader
     for key, attr in (("leaseDuration", "lease_duration"), ("renewDeadline", "renew_deadline"),
                       ("retryPeriod", "retry_period")):
         if key in le:
-            setattr(out, attr, duration(str(le[key])))
+            setattr(out, attr, duration(le[key]))
     out.namespace = le.get("resourceNamespace") or out.namespace
     out.name = le.get("resourceName") or out.name
     for flag, attr in ((args.leader_elect, "enabled"), (args.leader_elect_lease_duration, "lease_duration"),

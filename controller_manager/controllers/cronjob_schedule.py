@@ -9,9 +9,10 @@ walk over absolute time does.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta, tzinfo
+
+from services.runtime.durations import go_duration
 
 _MONTHS = {
     m: i + 1
@@ -31,8 +32,6 @@ _DESCRIPTORS = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 #: robfig gives up looking for a match this many years ahead (e.g. "0 0 30 2 *" never fires)
 _SEARCH_YEARS = 5
 
@@ -174,16 +173,6 @@ def _field(expr: str, low: int, high: int, names: dict[str, int]) -> tuple[set[i
     return values, star
 
 
-def go_duration(text: str) -> float:
-    """A Go time.ParseDuration string in seconds (what `@every` takes)."""
-    if text in ("0",):
-        return 0.0
-    parts = _GO_DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ScheduleError(f'failed to parse duration {text}: time: invalid duration "{text}"')
-    return sum(float(n) * _GO_UNITS[u] for n, u in parts)
-
-
 def parse(schedule: str, zone: tzinfo = UTC) -> Schedule:
     """Parse a standard schedule to be evaluated in `zone`; TZ=/CRON_TZ= prefixes are refused as upstream."""
     schedule = schedule.strip()
@@ -192,7 +181,11 @@ def parse(schedule: str, zone: tzinfo = UTC) -> Schedule:
     if not schedule:
         raise ScheduleError("empty spec string")
     if schedule.startswith("@every "):
-        seconds = go_duration(schedule.removeprefix("@every ").strip())
+        every = schedule.removeprefix("@every ").strip()
+        try:
+            seconds = go_duration(every)
+        except ValueError as exc:
+            raise ScheduleError(f"failed to parse duration {every}: {exc}") from None
         return EverySchedule(max(int(seconds), 1))
     if schedule.startswith("@"):
         if schedule not in _DESCRIPTORS:

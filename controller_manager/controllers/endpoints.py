@@ -10,7 +10,6 @@ import argparse
 import math
 from typing import Any
 
-from controller_manager.app import duration
 from controller_manager.base import QueueController
 from controller_manager.context import ControllerContext
 from controller_manager.controllers.endpointslice_util import (
@@ -37,6 +36,7 @@ from controller_manager.podutil import is_ready
 from controller_manager.resources import PODS
 from services.client import ApiError, NotFound
 from services.informers import split_key
+from services.runtime.durations import duration_flag
 
 NAME = "endpoint"
 
@@ -52,7 +52,7 @@ _NO_PORT = ("", -1, "", None)
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--endpoint-updates-batch-period", type=duration, default=0.0,
+    parser.add_argument("--endpoint-updates-batch-period", type=duration_flag, default=0.0,
                         help="delay before syncing a Service after its pods change, to batch updates")
 
 

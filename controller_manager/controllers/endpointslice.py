@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from controller_manager.app import duration
 from controller_manager.base import QueueController, RequeueAfter
 from controller_manager.context import ControllerContext
 from controller_manager.controllers.endpointslice_reconciler import (
@@ -32,6 +31,7 @@ from controller_manager.controllers.endpointslice_util import (
 )
 from controller_manager.resources import NODES, PODS
 from services.informers import NODE_NAME_INDEX, split_key
+from services.runtime.durations import duration_flag
 
 NAME = "endpointslice"
 
@@ -46,7 +46,7 @@ MISSING_NODE_RETRY = 5.0
 def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-endpoints-per-slice", type=int, default=DEFAULT_MAX_ENDPOINTS_PER_SLICE,
                         help="the most endpoints one EndpointSlice holds (1-1000)")
-    parser.add_argument("--endpointslice-updates-batch-period", type=duration, default=0.0,
+    parser.add_argument("--endpointslice-updates-batch-period", type=duration_flag, default=0.0,
                         help="delay before syncing a Service after its pods change, to batch updates")
 
 

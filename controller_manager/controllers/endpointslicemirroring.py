@@ -9,7 +9,6 @@ import argparse
 import ipaddress
 from typing import Any
 
-from controller_manager.app import duration
 from controller_manager.base import QueueController, RequeueAfter
 from controller_manager.context import ControllerContext
 from controller_manager.controllers.endpoints import repack_subsets
@@ -36,6 +35,7 @@ from controller_manager.controllers.endpointslice_util import (
 )
 from services.client import NotFound
 from services.informers import split_key
+from services.runtime.durations import duration_flag
 
 NAME = "endpointslicemirroring"
 
@@ -53,7 +53,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mirroring-concurrent-service-endpoint-syncs", type=int, default=5)
     parser.add_argument("--mirroring-max-endpoints-per-subset", type=int, default=DEFAULT_MAX_ENDPOINTS_PER_SUBSET,
                         help="the most addresses of one Endpoints subset mirrored to a slice")
-    parser.add_argument("--mirroring-endpointslice-updates-batch-period", type=duration, default=0.0,
+    parser.add_argument("--mirroring-endpointslice-updates-batch-period", type=duration_flag, default=0.0,
                         help="delay before mirroring an Endpoints change, to batch updates")
 
 

@@ -18,13 +18,13 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from controller_manager.app import duration
 from controller_manager.base import QueueController, RequeueAfter
 from controller_manager.context import ControllerContext
 from controller_manager.discovery import APIResource, discover
 from services.api import quota as q
 from services.client import gvr
 from services.informers import Informer, split_key
+from services.runtime.durations import duration_flag
 
 NAME = "resourcequota"
 RESOURCE_QUOTAS = gvr("v1", "resourcequotas")
@@ -37,7 +37,7 @@ Obj = dict[str, Any]
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--resource-quota-sync-period", type=duration, default=300.0,
+    parser.add_argument("--resource-quota-sync-period", type=duration_flag, default=300.0,
                         help="how often every quota's usage is recalculated in full")
     parser.add_argument("--concurrent-resource-quota-syncs", type=int, default=5)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from controller_manager import rollout as ro
-from controller_manager.app import build_parser, duration
+from controller_manager.app import build_parser
 from controller_manager.controllers.garbagecollector import classify_owners, delete_policy
 from controller_manager.controllers.namespace import build_conditions
 from controller_manager.controllers.podgc import terminated_to_delete
@@ -26,6 +26,7 @@ from controller_manager.podutil import (
     slow_start_batch,
 )
 from controller_manager.registry import KNOWN_UNIMPLEMENTED, Descriptor, discover, enabled
+from services.runtime.durations import duration
 
 T0 = "2024-01-01T00:00:00Z"
 

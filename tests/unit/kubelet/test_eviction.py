@@ -112,7 +112,7 @@ def test_empty_dir_over_size_limit(tmp_path: Path) -> None:
     ("--eviction-hard=nodefs.available<150%", "a percentage must be within 0%..100%"),
     ("--eviction-hard=memory.available<-1Mi", "must not be negative"),
     ("--eviction-hard=foo<1", "unsupported eviction signal 'foo'"),
-    ("--housekeeping-interval=soon", "invalid duration 'soon'"),
+    ("--housekeeping-interval=soon", 'time: invalid duration "soon"'),
     ("--authentication-token-webhook-cache-ttl=2 minutes", "invalid duration"),
     ("--max-parallel-pod-starts=-1", "--max-parallel-pod-starts must be 0"),
 ])

@@ -91,7 +91,7 @@ def test_flags_and_config_file(tmp_path: Path) -> None:
     (["--eviction-soft=memory.available<1Gi"],
      "grace period must be specified for the soft eviction threshold memory.available"),
     (["--eviction-soft=memory.available<1Gi", "--eviction-soft-grace-period=memory.available=soon"],
-     "invalid duration 'soon'"),
+     'time: invalid duration "soon"'),
     (["--eviction-minimum-reclaim=memory.available=lots"], "invalid eviction minimum reclaim memory.available=lots"),
     (["--eviction-soft=memory.available<1Gi", "--eviction-soft-grace-period=foo.available=1m"],
      "unsupported eviction signal 'foo.available'"),
