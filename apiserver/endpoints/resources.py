@@ -618,6 +618,9 @@ class ResourceHandler:
             wanted = patch if patch_type == "" else apply_patch(patch_type, current, patch)
             if not isinstance(wanted, dict):
                 raise errors.bad_request("a Scale object is required")
+            problem = typecheck.type_error("autoscaling/v1", "Scale", wanted)
+            if problem is not None:
+                raise problem
             rv = (wanted.get("metadata") or {}).get("resourceVersion")
             if rv and rv != obj["metadata"].get("resourceVersion"):
                 raise errors.conflict(store.res.plural, store.res.group, name, errors.STALE_WRITE)

@@ -391,6 +391,11 @@ def test_scale_deployment(kubectl: Kubectl, unique_ns: str) -> None:
                                    f"/apis/apps/v1/namespaces/{unique_ns}/deployments/web/scale").stdout)
     assert scale["kind"] == "Scale" and scale["apiVersion"] == "autoscaling/v1"
     assert scale["spec"] == {"replicas": 0} and scale["status"]["selector"] == "app=web"
+    malformed = kubectl.run("replace", "--raw", f"/apis/apps/v1/namespaces/{unique_ns}/deployments/web/scale",
+                            "-f", "-", stdin='{"apiVersion": "autoscaling/v1", "kind": "Scale", "spec": [{}]}',
+                            check=False)
+    assert malformed.returncode != 0
+    assert "cannot unmarshal array into Go struct field Scale.spec of type v1.ScaleSpec" in malformed.stderr
 
 
 # Delete
