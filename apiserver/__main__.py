@@ -6,12 +6,14 @@ import argparse
 import asyncio
 import gc
 import logging
+import ssl
 import sys
 from pathlib import Path
 
 import structlog
 import uvicorn
 
+from apiserver.auth.authz import MODES as AUTHORIZATION_MODES
 from apiserver.endpoints.app import APIApp
 from apiserver.endpoints.proxy import KubeletClientConfig
 from apiserver.server import APIServer, Options
@@ -39,6 +41,25 @@ def positive_int(text: str) -> int:
     return value
 
 
+def go_bool(text: str) -> bool:
+    """A boolean flag value as Go's strconv.ParseBool reads it (`--anonymous-auth=false`)."""
+    if text in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if text in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    raise argparse.ArgumentTypeError(f'strconv.ParseBool: parsing "{text}": invalid syntax')
+
+
+def authorization_modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    for mode in modes:
+        if mode not in AUTHORIZATION_MODES:
+            raise argparse.ArgumentTypeError(f'authorization-mode "{mode}" is not a valid mode')
+    if not modes:
+        raise argparse.ArgumentTypeError("at least one authorization-mode must be passed")
+    return modes
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="apiserver", description="pyk8s API server")
     p.add_argument("--etcd-servers", default="http://127.0.0.1:2379", help="comma-separated etcd client URLs")
@@ -55,6 +76,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--tls-private-key-file", default="")
     p.add_argument("--cert-dir", default="/var/run/pyk8s", help="where a self-signed cert is kept when none is given")
     p.add_argument("--client-ca-file", default="")
+    p.add_argument("--token-auth-file", default="", help="static bearer tokens: CSV token,user,uid,\"group1,group2\"")
+    p.add_argument("--anonymous-auth", type=go_bool, nargs="?", const=True, default=True,
+                   help="serve requests without credentials as system:anonymous (default true)")
+    p.add_argument("--authorization-mode", type=authorization_modes, default=["AlwaysAllow"],
+                   help="comma-separated, in order: AlwaysAllow, AlwaysDeny, RBAC (default AlwaysAllow)")
     p.add_argument("--advertise-address", default="127.0.0.1")
     p.add_argument("--service-cluster-ip-range", default="10.96.0.0/12")
     p.add_argument("--service-node-port-range", default="30000-32767")
@@ -108,6 +134,9 @@ async def serve(args: argparse.Namespace) -> None:
         api_audiences=[a for a in args.api_audiences.split(",") if a],
         event_ttl=args.event_ttl,
         lease_reuse_duration_seconds=args.lease_reuse_duration_seconds,
+        authorization_modes=args.authorization_mode,
+        token_auth_file=args.token_auth_file,
+        anonymous_auth=args.anonymous_auth,
     )
     server = APIServer(options)
     app = APIApp(server, kubelet_config(args))
@@ -125,7 +154,9 @@ async def serve(args: argparse.Namespace) -> None:
                                                                            args.advertise_address])
             cert, key = str(cert_path), str(key_path)
         configs.append(uvicorn.Config(app, host=args.bind_address, port=args.secure_port, ssl_certfile=cert,
-                                      ssl_keyfile=key, ssl_ca_certs=args.client_ca_file or None, **common))
+                                      ssl_keyfile=key, ssl_ca_certs=args.client_ca_file or None,
+                                      ssl_cert_reqs=ssl.CERT_OPTIONAL if args.client_ca_file else ssl.CERT_NONE,
+                                      **common))
     if args.insecure_port:
         configs.append(uvicorn.Config(app, host="127.0.0.1", port=args.insecure_port,
                                       **{**common, "lifespan": "off" if configs else "on"}))

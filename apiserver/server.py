@@ -43,6 +43,10 @@ class Options:
     #: Seconds etcd keeps each Event after its last write (--event-ttl); 0 keeps them for good.
     event_ttl: int = 3600
     lease_reuse_duration_seconds: int = 60
+    #: --authorization-mode, in order (AlwaysAllow, AlwaysDeny, RBAC).
+    authorization_modes: list[str] = field(default_factory=lambda: ["AlwaysAllow"])
+    token_auth_file: str = ""
+    anonymous_auth: bool = True
 
 
 class APIServer:

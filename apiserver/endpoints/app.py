@@ -1,4 +1,4 @@
-"""The ASGI application: routes, error bodies, health and metrics."""
+"""The ASGI application: authentication and authorization, routes, error bodies, health and metrics."""
 
 from __future__ import annotations
 
@@ -15,9 +15,16 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from apiserver.auth import reviews
+from apiserver.auth.authn import Authenticator, impersonate, load_token_file, peer_certificate, read_credentials
+from apiserver.auth.authz import ALLOW, AlwaysAllow, AlwaysDeny, Chain, forbidden, request_attributes
+from apiserver.auth.rbac import RBAC_GROUP, RBACAuthorizer, escalation_allowed
 from apiserver.endpoints import discovery, openapi, proxy
-from apiserver.endpoints.resources import ResourceHandler, parse_path
+from apiserver.endpoints.negotiation import PATCH_TYPES, decode_body, media_type
+from apiserver.endpoints.resources import ResourceHandler, Target, parse_path
+from apiserver.registry.store import apply_patch
 from services.api import errors
+from services.auth.identity import MASTERS, UserInfo
 
 log = structlog.get_logger("apiserver.http")
 
@@ -25,6 +32,8 @@ _POD_STREAM = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(log|exec|at
 _NODE_PROXY = re.compile(r"^/api/v1/nodes/([^/]+)/proxy(?:/(.*))?$")
 
 KUBE_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-pyk8s.0"}
+REVIEW_GROUPS = ("authentication.k8s.io", "authorization.k8s.io")
+_UPGRADE_SUBRESOURCES = ("exec", "attach", "portforward")
 
 
 def _status_response(err: errors.StatusError) -> Response:
@@ -85,6 +94,17 @@ def create_app(server: Any) -> FastAPI:
 
     handler = ResourceHandler(server.stores, server.tokens)
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+    options = server.options
+    rbac = RBACAuthorizer(*(server.store(RBAC_GROUP, "v1", plural).cache
+                            for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")))
+    modes = {"AlwaysAllow": AlwaysAllow(), "AlwaysDeny": AlwaysDeny(), "RBAC": rbac}
+    authorizer = Chain([modes[m] for m in options.authorization_modes])
+    authenticator = Authenticator(
+        server.tokens, load_token_file(options.token_auth_file) if options.token_auth_file else None,
+        options.anonymous_auth, lambda: server.store("", "v1", "serviceaccounts").cache, server.ctx.root,
+    )
+    app.state.authenticator = authenticator
+    app.state.authorizer = authorizer
 
     async def serve(request: Request, legacy: bool, path: str) -> Response:
         if not server.ready:
@@ -97,7 +117,67 @@ def create_app(server: Any) -> FastAPI:
             return discovery_response(request, legacy, parts)
         if request.method not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
             raise errors.method_not_allowed()
+        group = target.res.group
+        if group in REVIEW_GROUPS and request.method == "POST" and not target.subresource \
+                and target.res.kind in reviews.REVIEW_KINDS:
+            return await review(request, target)
+        if group == RBAC_GROUP and request.method in ("POST", "PUT", "PATCH"):
+            await guard_escalation(request, target)
         return await handler.handle(request, target)
+
+    async def review(request: Request, target: Target) -> Response:
+        """The review APIs answer from this apiserver's own authenticators and authorizers."""
+        raw = await request.body()
+        body = decode_body(raw, request.headers.get("content-type")) if raw.strip() else None
+        kind = target.res.kind
+        user = request_user(request)
+        if kind == "TokenReview":
+            out = reviews.token_review(authenticator, body)
+        elif kind == "SelfSubjectReview":
+            out = reviews.self_subject_review(body, user)
+        else:
+            out = reviews.access_review(kind, body, user, authorizer, target.namespace)
+        return Response(orjson.dumps(out), 201, media_type="application/json")
+
+    async def written_object(request: Request, target: Target) -> tuple[Any, Any]:
+        """(object as it would be stored, current object) of an RBAC write; (None, None) when the handler
+        will refuse the request anyway (bad body, missing object), so it answers with its own error."""
+        store = server.store(target.res.group, target.res.version, target.res.plural)
+        raw = await request.body()
+        content_type = request.headers.get("content-type")
+        current = None
+        if target.name:
+            try:
+                current = await store.get(target.namespace, target.name)
+            except errors.StatusError:
+                current = None
+        try:
+            if request.method != "PATCH":
+                return decode_body(raw, content_type), current
+            patch_type = PATCH_TYPES.get(media_type(content_type))
+            patch = decode_body(raw, content_type)
+            if patch_type == "apply":
+                return patch, current
+            if patch_type is None or current is None:
+                return None, None
+            return apply_patch(patch_type, orjson.loads(orjson.dumps(current)), patch), current
+        except errors.StatusError:
+            return None, None
+
+    async def guard_escalation(request: Request, target: Target) -> None:
+        """Nobody grants what they do not hold, unless allowed to `escalate` (roles) or `bind` (bindings)."""
+        user = request_user(request)
+        if authorizer.always_allow or escalation_allowed(user) or target.subresource:
+            return
+        obj, current = await written_object(request, target)
+        if not isinstance(obj, dict):
+            return
+        res = target.res
+        name = target.name or str((obj.get("metadata") or {}).get("name") or "")
+        refusal = rbac.escalation_refusal(authorizer.allowed, user, res.kind, target.namespace or "", name, obj,
+                                          current)
+        if refusal:
+            raise errors.forbidden(res.plural, RBAC_GROUP, name, refusal)
 
     def discovery_response(request: Request, legacy: bool, parts: list[str]) -> Response:
         catalog = server.catalog
@@ -176,8 +256,23 @@ def create_app(server: Any) -> FastAPI:
     return app
 
 
+def request_user(request: Request) -> UserInfo:
+    """The user APIApp authenticated for this request."""
+    return request.scope["pyk8s.user"]
+
+
+async def _refuse(scope: dict[str, Any], receive: Any, send: Any, exc: errors.StatusError) -> None:
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.http.response.start", "status": exc.code,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "websocket.http.response.body", "body": orjson.dumps(exc.to_status())})
+        return
+    await _status_response(exc)(scope, receive, send)
+
+
 class APIApp:
-    """The ASGI entry point: resource paths go straight to the handler, the rest through FastAPI.
+    """The ASGI entry point: every request is authenticated and authorized here, then resource paths go
+    straight to the handler and the rest through FastAPI.
 
     Resource requests are the hot path; skipping the framework's routing and
     middleware stack for them roughly doubles request throughput.
@@ -189,6 +284,30 @@ class APIApp:
         self.serve = self.app.state.serve
         self.state = self.app.state
         self.kubelet = kubelet
+        self.authenticator: Authenticator = self.state.authenticator
+        self.authorizer: Chain = self.state.authorizer
+
+    def _admit(self, scope: dict[str, Any], receive: Any) -> UserInfo:
+        """The request's user once it may do what it asks; a 401 or 403 StatusError otherwise."""
+        creds = read_credentials(scope["headers"])
+        secure = scope.get("scheme") in ("https", "wss")
+        user = self.authenticator.authenticate(creds, peer_certificate(receive) if secure else None, secure)
+        if creds.impersonate:
+            user = impersonate(user, creds.impersonate, self.authorizer.authorize)
+        if self.authorizer.always_allow or MASTERS in user.groups:
+            return user
+        attrs = request_attributes(user, scope.get("method", "GET"), scope["path"], scope.get("query_string", b""))
+        decision, reason = self.authorizer.authorize(attrs)
+        if decision != ALLOW:
+            raise forbidden(attrs, reason)
+        if attrs.verb == "get" and attrs.resource == "pods" and attrs.subresource in _UPGRADE_SUBRESOURCES:
+            # A WebSocket exec, attach or port-forward is a GET but starts a process or a tunnel: upstream
+            # (AuthorizePodWebsocketUpgradeCreatePermission) also wants `create` on the subresource.
+            attrs.verb = "create"
+            decision, reason = self.authorizer.authorize(attrs)
+            if decision != ALLOW:
+                raise forbidden(attrs, reason)
+        return user
 
     async def _streams(self, scope: dict[str, Any], receive: Any, send: Any) -> bool:
         """Pod logs, exec, attach, port-forward and node proxying, relayed to the node's kubelet."""
@@ -209,12 +328,7 @@ class APIApp:
             else:
                 node = await nodes.get(None, node_match.group(1))
         except errors.StatusError as exc:
-            if scope["type"] == "websocket":
-                await send({"type": "websocket.http.response.start", "status": exc.code,
-                            "headers": [(b"content-type", b"application/json")]})
-                await send({"type": "websocket.http.response.body", "body": orjson.dumps(exc.to_status())})
-            else:
-                await _status_response(exc)(scope, receive, send)
+            await _refuse(scope, receive, send, exc)
             return True
         if pod_match is not None:
             await proxy.proxy_pod_subresource(scope, receive, send, pod, node, subresource, self.kubelet)
@@ -223,8 +337,14 @@ class APIApp:
         return True
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] in ("http", "websocket") and await self._streams(scope, receive, send):
-            return
+        if scope["type"] in ("http", "websocket"):
+            try:
+                scope["pyk8s.user"] = self._admit(scope, receive)
+            except errors.StatusError as exc:
+                await _refuse(scope, receive, send, exc)
+                return
+            if await self._streams(scope, receive, send):
+                return
         if scope["type"] == "http":
             path: str = scope["path"]
             legacy = path == "/api" or path.startswith("/api/")

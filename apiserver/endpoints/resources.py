@@ -250,8 +250,6 @@ class ResourceHandler:
             return self._list(store, items, list_meta, rep)
         dry_run = _dry_run(params)
         wopts = _write_options(request)
-        if verb == "create" and res.group in ("authentication.k8s.io", "authorization.k8s.io"):
-            return await self._review(request, res)
         if verb == "create" and res.kind == "Binding" and not res.group:
             binding = decode_body(await self._raw(request), request.headers.get("content-type"))
             pod_name = (binding.get("metadata") or {}).get("name", "") if isinstance(binding, dict) else ""
@@ -529,17 +527,6 @@ class ResourceHandler:
             405 if sub in res.subresources else 404, "MethodNotAllowed" if sub in res.subresources else "NotFound",
             f"the server does not serve {verb} on {res.plural}/{sub} yet",
         )
-
-    async def _review(self, request: Request, res: Resource) -> Response:
-        raw = await self._raw(request)
-        body = decode_body(raw, request.headers.get("content-type")) if raw.strip() else None
-        if res.kind == "TokenReview":
-            out = reviews.token_review(self.tokens, body)
-        elif res.kind == "SelfSubjectReview":
-            out = reviews.self_subject_review(self.tokens, body, request.headers.get("authorization"))
-        else:
-            out = reviews.access_review(res.kind, body)
-        return self._json(out, 201)
 
     async def _token(self, request: Request, store: RESTStore, ns: str, name: str) -> Response:
         raw = await self._raw(request)

@@ -15,16 +15,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import time
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
 
+from services.auth.identity import ANONYMOUS, AUTHENTICATED, UserInfo, certificate_user
 from services.client.errors import ApiError
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
-AUTHENTICATED = "system:authenticated"
 WS_TOKEN_PREFIX = "base64url.bearer.authorization.k8s.io."
 VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 # Paths whose own subresource upstream authorizes; everything else (exec, attach, portForward,
@@ -38,17 +37,6 @@ class APIClient(Protocol):
     """The part of services.client.Client the webhooks use."""
 
     async def request(self, method: str, path: str, *, body: Any = None) -> Any: ...
-
-
-@dataclass(frozen=True)
-class UserInfo:
-    name: str
-    uid: str = ""
-    groups: tuple[str, ...] = ()
-    extra: dict[str, list[str]] = field(default_factory=dict, compare=False, hash=False)
-
-
-ANONYMOUS = UserInfo("system:anonymous", groups=("system:unauthenticated",))
 
 
 class AuthError(Exception):
@@ -67,18 +55,6 @@ def request_attributes(method: str, path: str) -> tuple[str, str]:
     """(verb, subresource) of a kubelet API request, as upstream's node authorizer attributes."""
     subresource = next((sub for prefix, sub in SUBRESOURCES if _subpath(path, prefix)), "proxy")
     return VERBS.get(method.upper(), ""), subresource
-
-
-def certificate_user(peercert: dict[str, Any] | None) -> UserInfo | None:
-    """The user a verified client certificate names (the TLS layer already checked it against the CA)."""
-    if not peercert:
-        return None
-    pairs = [pair for rdn in peercert.get("subject") or () for pair in rdn]
-    name = next((value for key, value in pairs if key == "commonName"), "")
-    if not name:
-        return None
-    groups = [value for key, value in pairs if key == "organizationName"]
-    return UserInfo(name, groups=tuple(dict.fromkeys([*groups, AUTHENTICATED])))
 
 
 def bearer_token(headers: list[tuple[str, str]]) -> str:

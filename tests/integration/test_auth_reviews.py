@@ -51,4 +51,5 @@ def test_token_request_and_review(apiserver: str) -> None:
 def test_access_reviews_with_kubectl(kubectl: Kubectl) -> None:
     assert kubectl.run("auth", "can-i", "create", "pods").stdout.strip() == "yes"
     assert "*.*" in kubectl.run("auth", "can-i", "--list").stdout
-    assert "system:anonymous" in kubectl.run("auth", "whoami").stdout
+    # The plain-HTTP test port stands for upstream's old insecure port: system:unsecured, a system:master.
+    assert "system:unsecured" in kubectl.run("auth", "whoami").stdout
