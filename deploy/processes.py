@@ -101,6 +101,7 @@ def _apiserver_argv(state: State) -> list[str]:
         f"--tls-cert-file={cert}",
         f"--tls-private-key-file={key}",
         f"--client-ca-file={state.pki.ca[0]}",
+        "--authorization-mode=RBAC",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         f"--kubelet-client-certificate={kubelet_cert}",
         f"--kubelet-client-key={kubelet_key}",

@@ -7,6 +7,7 @@ Results are mostly read from the kubelet's container log files (/var/log/pods); 
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import os
 import shutil
@@ -228,6 +229,39 @@ def test_logs_exec_and_pod_ips_kept_across_nodes(cluster: Cluster) -> None:
     peers = {line.split()[4].rsplit(":", 1)[0].removeprefix("::ffff:") for line in seen.splitlines()
              if ":9000 " in line}
     assert peers == {caller["status"]["podIP"]}, seen
+
+
+def test_rbac_limits_a_service_account_to_what_it_is_bound_to(cluster: Cluster, tmp_path: Path) -> None:
+    """`pyk8s up` runs the apiserver with RBAC and the default roles: a service account can do nothing until
+    bound, then what the aggregated `view` role allows (no secrets), through its own token over TLS."""
+    cluster.kubectl("create", "namespace", "team")
+    cluster.kubectl("create", "serviceaccount", "bot", "-n", "team")
+    sa = "system:serviceaccount:team:bot"
+
+    def can(*what: str) -> str:
+        return cluster.kubectl("auth", "can-i", *what, "-n", "team", "--as", sa, check=False).strip()
+
+    assert can("list", "pods") == "no"
+    cluster.kubectl("create", "rolebinding", "bot-view", "-n", "team", "--clusterrole", "view",
+                    "--serviceaccount", "team:bot")
+    assert wait_for(lambda: can("list", "pods") == "yes", 20), "view never granted list pods"
+    assert can("delete", "pods") == "no" and can("get", "secrets") == "no"
+    raw = orjson.loads(cluster.kubectl("config", "view", "--raw", "-o", "json"))["clusters"][0]["cluster"]
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(base64.b64decode(raw["certificate-authority-data"]))
+    token = cluster.kubectl("create", "token", "bot", "-n", "team").strip()
+
+    def as_bot(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([KUBECTL, "--kubeconfig", "/dev/null", "--server", raw["server"],
+                               "--certificate-authority", str(ca), "--token", token, "-n", "team", *argv],
+                              capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False)
+
+    assert as_bot("get", "pods").returncode == 0
+    assert as_bot("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}").stdout == sa
+    secrets = as_bot("get", "secrets")
+    assert secrets.returncode != 0
+    assert f'secrets is forbidden: User "{sa}" cannot list resource "secrets" in API group "" in the namespace ' \
+           '"team"' in secrets.stderr
 
 
 def test_image_load_imports_into_every_node(cluster: Cluster) -> None:
