@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -10,16 +11,34 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from services.client.errors import NotFound
+
 REPO = Path(__file__).resolve().parent.parent
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+
+
+async def eventually(fn: Callable[[], Awaitable[Any]], limit: float = 30.0, interval: float = 0.2) -> Any:
+    """The first truthy value `fn` returns within `limit` seconds (NotFound counts as not yet)."""
+    deadline = asyncio.get_running_loop().time() + limit
+    last: Any = None
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            last = await fn()
+        except NotFound:
+            last = None
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(f"timed out; last value: {last!r}")
 
 
 def free_port() -> int:

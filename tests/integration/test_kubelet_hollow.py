@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from services.client import Client, NotFound, gvr
-from tests.conftest import REPO
+from tests.conftest import REPO, eventually
 
 PODS = gvr("v1", "pods")
 NODES = gvr("v1", "nodes", namespaced=False)
@@ -43,20 +43,6 @@ async def client(apiserver: str) -> AsyncIterator[Client]:
     await c.close()
 
 
-async def wait_for(fn: Any, limit: float = 30.0, interval: float = 0.2) -> Any:
-    deadline = asyncio.get_running_loop().time() + limit
-    last: Any = None
-    while asyncio.get_running_loop().time() < deadline:
-        try:
-            last = await fn()
-        except NotFound:
-            last = None
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"timed out; last value: {last!r}")
-
-
 def pod(name: str, containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
     annotations = spec.pop("annotations", {})
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations},
@@ -64,8 +50,8 @@ def pod(name: str, containers: list[dict[str, Any]], **spec: Any) -> dict[str, A
 
 
 async def test_node_registers_with_lease(hollow_kubelet: Any, client: Client) -> None:
-    node = await wait_for(lambda: client.get(NODES, NODE))
-    await wait_for(lambda: client.get(LEASES, NODE, "kube-node-lease"))
+    node = await eventually(lambda: client.get(NODES, NODE))
+    await eventually(lambda: client.get(LEASES, NODE, "kube-node-lease"))
     labels = node["metadata"]["labels"]
     assert labels["kubernetes.io/hostname"] == NODE and labels["kubernetes.io/os"] == "linux"
     status = node["status"]
@@ -88,7 +74,7 @@ async def test_pod_runs_with_upstream_status(hollow_kubelet: Any, client: Client
         return p if p["status"].get("phase") == "Running" and all(
             c["ready"] for c in p["status"].get("containerStatuses") or [{"ready": False}]) else None
 
-    p = await wait_for(running)
+    p = await eventually(running)
     status = p["status"]
     conds = {c["type"]: c["status"] for c in status["conditions"]}
     assert conds == {"PodReadyToStartContainers": "True", "Initialized": "True", "Ready": "True",
@@ -115,7 +101,7 @@ async def test_job_style_pod_succeeds(hollow_kubelet: Any, client: Client, uniqu
         p = await client.get(PODS, "job", unique_ns)
         return p if p["status"].get("phase") == "Succeeded" else None
 
-    p = await wait_for(done)
+    p = await eventually(done)
     term = p["status"]["containerStatuses"][0]["state"]["terminated"]
     assert term["exitCode"] == 0 and term["reason"] == "Completed"
     conds = {c["type"]: c for c in p["status"]["conditions"]}
@@ -131,7 +117,7 @@ async def test_failing_pod_never_restarted_is_failed(hollow_kubelet: Any, client
         p = await client.get(PODS, "fail", unique_ns)
         return p if p["status"].get("phase") == "Failed" else None
 
-    p = await wait_for(failed)
+    p = await eventually(failed)
     term = p["status"]["containerStatuses"][0]["state"]["terminated"]
     assert term["exitCode"] == 3 and term["reason"] == "Error"
 
@@ -146,7 +132,7 @@ async def test_crash_shows_crash_loop_back_off(hollow_kubelet: Any, client: Clie
         cs = (p["status"].get("containerStatuses") or [{}])[0]
         return cs if (cs.get("state") or {}).get("waiting", {}).get("reason") == "CrashLoopBackOff" else None
 
-    cs = await wait_for(crashing)
+    cs = await eventually(crashing)
     assert cs["restartCount"] >= 1
     assert cs["lastState"]["terminated"]["exitCode"] == 1
     assert "back-off 10s restarting failed container=c pod=crash_" in cs["state"]["waiting"]["message"]
@@ -163,7 +149,7 @@ async def test_graceful_deletion_completes(hollow_kubelet: Any, client: Client, 
         p = await client.get(PODS, "gone", unique_ns)
         return p["status"].get("phase") == "Running"
 
-    await wait_for(running)
+    await eventually(running)
     deleted = await client.delete(PODS, "gone", unique_ns, grace_period_seconds=30)
     assert deleted["metadata"].get("deletionTimestamp")
 
@@ -174,7 +160,7 @@ async def test_graceful_deletion_completes(hollow_kubelet: Any, client: Client, 
             return True
         return False
 
-    await wait_for(removed, limit=15)
+    await eventually(removed, limit=15)
 
 
 async def test_pod_over_allocatable_is_rejected(hollow_kubelet: Any, client: Client, unique_ns: str) -> None:
@@ -187,7 +173,7 @@ async def test_pod_over_allocatable_is_rejected(hollow_kubelet: Any, client: Cli
     async def running() -> bool:
         return (await client.get(PODS, "small", unique_ns))["status"].get("phase") == "Running"
 
-    await wait_for(running)
+    await eventually(running)
     big = pod("big", [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "3500m"}}}])
     big["spec"]["nodeName"] = node
     await client.create(PODS, big, unique_ns)
@@ -196,7 +182,7 @@ async def test_pod_over_allocatable_is_rejected(hollow_kubelet: Any, client: Cli
         p = await client.get(PODS, "big", unique_ns)
         return p if p["status"].get("phase") == "Failed" else None
 
-    status = (await wait_for(failed))["status"]
+    status = (await eventually(failed))["status"]
     assert status["reason"] == "OutOfcpu"
     assert re.fullmatch(r"Pod was rejected: Node didn't have enough resource: cpu, requested: 3500, "
                         r"used: \d+, capacity: 4000", status["message"]), status["message"]
@@ -206,7 +192,7 @@ async def test_pod_over_allocatable_is_rejected(hollow_kubelet: Any, client: Cli
         items = (await client.list(EVENTS, unique_ns))["items"]
         return [e for e in items if e["involvedObject"]["name"] == "big" and e["reason"] == "OutOfcpu"]
 
-    (ev,) = await wait_for(event)
+    (ev,) = await eventually(event)
     assert ev["type"] == "Warning" and ev["message"].startswith("Node didn't have enough resource: cpu")
     assert (await client.get(PODS, "small", unique_ns))["status"]["phase"] == "Running"
 
@@ -218,7 +204,7 @@ async def test_pod_over_allocatable_is_rejected(hollow_kubelet: Any, client: Cli
         p = await client.get(PODS, "elsewhere", unique_ns)
         return p if p["status"].get("phase") == "Failed" else None
 
-    assert (await wait_for(affinity))["status"]["reason"] == "NodeAffinity"
+    assert (await eventually(affinity))["status"]["reason"] == "NodeAffinity"
     await client.delete(PODS, "big", unique_ns)
 
     async def removed() -> bool:
@@ -228,7 +214,7 @@ async def test_pod_over_allocatable_is_rejected(hollow_kubelet: Any, client: Cli
             return True
         return False
 
-    await wait_for(removed, limit=15)
+    await eventually(removed, limit=15)
 
 
 async def test_hollow_readiness_follows_annotation(hollow_kubelet: Any, client: Client, unique_ns: str) -> None:
@@ -242,7 +228,7 @@ async def test_hollow_readiness_follows_annotation(hollow_kubelet: Any, client: 
             p = await client.get(PODS, "flip", unique_ns)
             conds = {c["type"]: c["status"] for c in p["status"].get("conditions") or []}
             return p if conds.get("Ready") == want and conds.get("ContainersReady") == want else None
-        return await wait_for(check, limit=15)
+        return await eventually(check, limit=15)
 
     await ready_is("True")
     await client.patch(PODS, "flip", {"metadata": {"annotations": {"hollow.pyk8s.io/ready.a": "false"}}}, unique_ns)
@@ -278,7 +264,7 @@ async def test_hard_threshold_evicts_best_effort_first_and_refuses_new_ones(
                    for n in ("guaranteed", "best-effort")}
             return got if "Failed" in got.values() else None
 
-        assert await wait_for(phases, interval=0.1) == {"guaranteed": "Running", "best-effort": "Failed"}
+        assert await eventually(phases, interval=0.1) == {"guaranteed": "Running", "best-effort": "Failed"}
         status = (await client.get(PODS, "best-effort", unique_ns))["status"]
         assert status["reason"] == "Evicted"
         assert re.fullmatch(r"The node was low on resource: memory\. Threshold quantity: 1000Ti, "
@@ -292,7 +278,7 @@ async def test_hard_threshold_evicts_best_effort_first_and_refuses_new_ones(
             p = await client.get(PODS, "guaranteed", unique_ns)
             return p["status"].get("phase") == "Failed" and p["status"].get("reason") == "Evicted"
 
-        await wait_for(guaranteed_evicted)
+        await eventually(guaranteed_evicted)
 
         late = pod("late", [{"name": "c", "image": "busybox"}])
         late["spec"]["nodeName"] = node
@@ -302,7 +288,7 @@ async def test_hard_threshold_evicts_best_effort_first_and_refuses_new_ones(
             p = await client.get(PODS, "late", unique_ns)
             return p if p["status"].get("phase") == "Failed" else None
 
-        status = (await wait_for(rejected))["status"]
+        status = (await eventually(rejected))["status"]
         assert status["reason"] == "Evicted"
         assert status["message"] == "Pod was rejected: The node had condition: [MemoryPressure]. "
     finally:

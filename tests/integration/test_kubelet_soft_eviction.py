@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from services.client import Client, NotFound, gvr
-from tests.conftest import REPO
+from services.client import Client, gvr
+from tests.conftest import REPO, eventually
 
 PODS = gvr("v1", "pods")
 NODES = gvr("v1", "nodes", namespaced=False)
@@ -29,20 +29,6 @@ async def client(apiserver: str) -> AsyncIterator[Client]:
     c = Client(apiserver)
     yield c
     await c.close()
-
-
-async def wait_for(fn: Any, limit: float = 40.0, interval: float = 0.1) -> Any:
-    deadline = asyncio.get_running_loop().time() + limit
-    last: Any = None
-    while asyncio.get_running_loop().time() < deadline:
-        try:
-            last = await fn()
-        except NotFound:
-            last = None
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"timed out; last value: {last!r}")
 
 
 def pod(name: str, usage: str, requests: dict[str, str] | None = None) -> dict[str, Any]:
@@ -83,7 +69,7 @@ async def test_soft_threshold_waits_its_grace_period_then_reclaims_by_usage(
             return any(c["type"] == "MemoryPressure" and c["status"] == "True"
                        for c in (node.get("status") or {}).get("conditions") or [])
 
-        await wait_for(memory_pressure)
+        await eventually(memory_pressure, 40.0, 0.1)
         pressure_seen = loop.time()
         assert "Failed" not in (await phases()).values(), "no pod goes before the grace period"
 
@@ -91,7 +77,7 @@ async def test_soft_threshold_waits_its_grace_period_then_reclaims_by_usage(
             p = await client.get(PODS, "greedy", unique_ns)
             return p if p["status"].get("phase") == "Failed" else None
 
-        greedy = (await wait_for(greedy_failed))["status"]
+        greedy = (await eventually(greedy_failed, 40.0, 0.1))["status"]
         assert loop.time() - pressure_seen >= GRACE / 2
         assert greedy["reason"] == "Evicted"
         assert greedy["message"] == (
@@ -107,7 +93,7 @@ async def test_soft_threshold_waits_its_grace_period_then_reclaims_by_usage(
             p = await client.get(PODS, "modest", unique_ns)
             return p if p["status"].get("phase") == "Failed" else None
 
-        modest = (await wait_for(modest_failed))["status"]
+        modest = (await eventually(modest_failed, 40.0, 0.1))["status"]
         assert modest["message"] == (
             "The node was low on resource: memory. Threshold quantity: 4Gi, available: 10Gi. "
             "Container app was using 6Gi, request is 4Gi, has larger consumption of memory. "), \
