@@ -43,7 +43,7 @@ KNOWN_UNIMPLEMENTED = (
     "nodelifecycle", "route", "service",
     "cloud-node-lifecycle", "persistentvolume-binder", "attachdetach", "persistentvolume-expander",
     "pvc-protection", "pv-protection", "horizontalpodautoscaling",
-    "disruption", "csrsigning", "csrapproving", "csrcleaner", "tokencleaner", "bootstrapsigner",
+    "csrsigning", "csrapproving", "csrcleaner", "tokencleaner", "bootstrapsigner",
     "ephemeral-volume", "serviceaccount-token",
     "storage-version-gc", "resourceclaim", "legacy-serviceaccount-token-cleaner", "validatingadmissionpolicy-status",
     "service-cidr-controller", "storageversion-migrator", "taint-eviction-controller",

@@ -6,6 +6,7 @@ the few subresources with their own shape (scale, binding, eviction).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from apiserver.registry.store import DeleteOptions, ListOptions, RESTStore, Writ
 from apiserver.storage.cache import Entry
 from services.api import errors
 from services.api.catalog import Resource
+from services.api.meta import now_rfc3339
 from services.api.selectors import FieldSelector, LabelSelector
 
 REQUESTS = Counter(
@@ -624,44 +626,200 @@ class ResourceHandler:
     async def _evict(
         self, request: Request, store: RESTStore, ns: str | None, name: str, wopts: WriteOptions
     ) -> Response:
+        """Upstream's EvictionREST: delete the pod unless its PodDisruptionBudget forbids it, taking the
+        disruption out of the budget's status (a compare-and-swap write) before the pod is deleted."""
         raw = await self._raw(request)
         eviction = decode_body(raw, request.headers.get("content-type")) if raw.strip() else {}
         if not isinstance(eviction, dict):
             raise errors.bad_request("an Eviction object is required")
-        pod = await store.get(ns, name)
-        blocking = self._blocking_budget(pod)
-        if blocking is not None and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
-            raise errors.StatusError(
-                429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
-                {"causes": [{"reason": "DisruptionBudget", "message": f"The disruption budget {blocking} needs "
-                             "more healthy pods and does not allow this eviction."}]},
-            )
+        meta = eviction.get("metadata") or {}
         delete_options = eviction.get("deleteOptions") or {}
-        opts = DeleteOptions(dry_run=wopts.dry_run)
-        if delete_options.get("gracePeriodSeconds") is not None:
-            opts.grace_period = int(delete_options["gracePeriodSeconds"])
-        pre = delete_options.get("preconditions") or {}
+        pre = (delete_options.get("preconditions") or {}) if isinstance(delete_options, dict) else None
+        grace = delete_options.get("gracePeriodSeconds") if isinstance(delete_options, dict) else None
+        if not isinstance(meta, dict) or not isinstance(pre, dict) or (
+                grace is not None and (not isinstance(grace, int) or isinstance(grace, bool))):
+            raise errors.bad_request("an Eviction object is required")
+        if meta.get("name") and meta["name"] != name:
+            raise errors.bad_request("name in URL does not match name in Eviction object")
+        opts = DeleteOptions(dry_run=wopts.dry_run or bool(delete_options.get("dryRun")), grace_period=grace)
         opts.precondition_uid = pre.get("uid")
         opts.precondition_rv = pre.get("resourceVersion")
-        await store.delete(ns, name, opts)
-        return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                           "code": 201}, 201)
+        success = self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                              "code": 201}, 201)
+        # A pod that is finished, not started or already going disrupts nothing more: delete it with no
+        # budget check, pinned to the version seen so it cannot have become running meanwhile.
+        pod: dict[str, Any] = {}
+        for attempt in range(EVICTION_RETRIES):
+            pod = await store.get(ns, name)
+            if not _eviction_ignores_budget(pod):
+                break
+            pinned_rv = opts.precondition_rv or pod["metadata"]["resourceVersion"]
+            pinned = dataclasses.replace(opts, precondition_rv=pinned_rv)
+            try:
+                await self._delete_evicted(store, ns, name, pinned)
+                return success
+            except errors.StatusError as exc:
+                if exc.code != 409 or opts.precondition_rv or attempt == EVICTION_RETRIES - 1:
+                    raise
+        budgets = self._pod_budgets(pod)
+        if len(budgets) > 1:
+            return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                               "message": "This pod has more than one PodDisruptionBudget, which the eviction "
+                                          "subresource does not support.", "code": 500}, 500)
+        pin_unhealthy = False
+        if budgets:
+            pdb = budgets[0]
+            status = pdb.get("status") or {}
+            if not _pod_ready(pod):
+                # An unready pod counts toward no budget, so deleting it takes nothing from it: allowed
+                # always under AlwaysAllow, under IfHealthyBudget only while the budget is met.
+                desired = int(status.get("desiredHealthy") or 0)
+                pin_unhealthy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow" or (
+                    int(status.get("currentHealthy") or 0) >= desired > 0)
+            if not pin_unhealthy:
+                await self._take_disruption(pdb["metadata"]["name"], ns, name, opts.dry_run)
+        delete_opts = opts
+        if pin_unhealthy and not opts.precondition_rv:
+            delete_opts = dataclasses.replace(opts, precondition_rv=pod["metadata"]["resourceVersion"])
+        try:
+            await self._delete_evicted(store, ns, name, delete_opts)
+        except errors.StatusError as exc:
+            if exc.code == 409 and pin_unhealthy and not opts.precondition_rv:
+                raise _budget_not_processed(budgets[0]["metadata"]["name"]) from exc
+            raise
+        return success
 
-    def _blocking_budget(self, pod: dict[str, Any]) -> str | None:
-        """The name of a PodDisruptionBudget covering `pod` that allows no disruption now."""
+    def _pod_budgets(self, pod: dict[str, Any]) -> list[dict[str, Any]]:
+        """The PodDisruptionBudgets of the pod's namespace whose selector matches it ({} matches all)."""
         pdb_store = self.stores.get(("policy", "v1", "poddisruptionbudgets"))
         if pdb_store is None:
-            return None
-        ns = pod["metadata"].get("namespace")
+            return []
+        prefix = pdb_store.ns_prefix(pod["metadata"].get("namespace"))
         labels = pod["metadata"].get("labels") or {}
+        found = []
         for key, entry in pdb_store.cache.entries.items():
-            if not key.startswith(pdb_store.ns_prefix(ns)):
+            if not key.startswith(prefix):
                 continue
-            pdb = entry.obj
             try:
-                selector = LabelSelector.from_dict((pdb.get("spec") or {}).get("selector"))
+                selector = LabelSelector.from_dict((entry.obj.get("spec") or {}).get("selector"))
             except ValueError:
                 continue
-            if selector.matches(labels) and int((pdb.get("status") or {}).get("disruptionsAllowed", 0) or 0) <= 0:
-                return pdb["metadata"]["name"]
-        return None
+            if selector.matches(labels):
+                found.append(entry.obj)
+        return found
+
+    async def _take_disruption(self, pdb_name: str, ns: str | None, pod_name: str, dry_run: bool) -> None:
+        """Check the budget allows a disruption and record this one in its status, compare-and-swap on the
+        budget's resourceVersion and retried on conflict from a fresh read (upstream's checkAndDecrement)."""
+        pdb_store = self.stores[("policy", "v1", "poddisruptionbudgets")]
+        for _ in range(EVICTION_RETRIES):
+            pdb = await pdb_store.get(ns, pdb_name)
+            meta, status = pdb["metadata"], dict(pdb.get("status") or {})
+            if int(status.get("observedGeneration") or 0) < int(meta.get("generation") or 0):
+                raise _budget_not_processed(pdb_name)
+            allowed = int(status.get("disruptionsAllowed") or 0)
+            if allowed < 0:
+                raise errors.forbidden("poddisruptionbudget", "policy", pdb_name, "pdb disruptions allowed is negative")
+            if len(status.get("disruptedPods") or {}) > MAX_DISRUPTED_PODS:
+                raise errors.forbidden("poddisruptionbudget", "policy", pdb_name, "DisruptedPods map too big - too "
+                                       "many evictions not confirmed by PDB controller")
+            if allowed == 0:
+                raise errors.StatusError(
+                    429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
+                    {"causes": [{"reason": "DisruptionBudget", "message": f"The disruption budget {pdb_name} needs "
+                                 f"{int(status.get('desiredHealthy') or 0)} healthy pods and has "
+                                 f"{int(status.get('currentHealthy') or 0)} currently"}]},
+                )
+            if dry_run:
+                return
+            status["disruptionsAllowed"] = allowed - 1
+            if allowed == 1:
+                status["conditions"] = _disruption_not_allowed(status)
+            status["disruptedPods"] = {**(status.get("disruptedPods") or {}), pod_name: now_rfc3339()}
+            try:
+                await pdb_store.update(ns, pdb_name, {**pdb, "status": status},
+                                       WriteOptions(field_manager="kube-apiserver"), subresource="status")
+                return
+            except errors.StatusError as exc:
+                if exc.code != 409:
+                    raise
+        raise errors.StatusError(504, "Timeout", f'couldn\'t update PodDisruptionBudget "{pdb_name}" due to conflicts',
+                                 {"retryAfterSeconds": 10})
+
+    async def _delete_evicted(self, store: RESTStore, ns: str | None, name: str, opts: DeleteOptions) -> None:
+        """Mark the pod a DisruptionTarget of the eviction API, then delete it (upstream's addConditionAndDeletePod)."""
+        if not opts.dry_run:
+            for _ in range(EVICTION_RETRIES):
+                pod = await store.get(ns, name)
+                meta = pod["metadata"]
+                if opts.precondition_uid and opts.precondition_uid != meta.get("uid"):
+                    raise errors.conflict("pods", "", name, "Precondition failed: UID in precondition: "
+                                          f"{opts.precondition_uid}, UID in object meta: {meta.get('uid', '')}")
+                if opts.precondition_rv and opts.precondition_rv != meta.get("resourceVersion"):
+                    raise errors.conflict("pods", "", name, "Precondition failed: ResourceVersion in precondition: "
+                                          f"{opts.precondition_rv}, ResourceVersion in object meta: "
+                                          f"{meta.get('resourceVersion', '')}")
+                status = dict(pod.get("status") or {})
+                status["conditions"] = _with_disruption_target(status.get("conditions") or [])
+                try:
+                    updated, _ = await store.update(ns, name, {**pod, "status": status},
+                                                    WriteOptions(field_manager="kube-apiserver"), subresource="status")
+                except errors.StatusError as exc:
+                    if exc.code != 409 or opts.precondition_rv:
+                        raise
+                    continue
+                if opts.precondition_rv:
+                    opts = dataclasses.replace(opts, precondition_rv=updated["metadata"]["resourceVersion"])
+                break
+        await store.delete(ns, name, opts)
+
+
+# -- eviction (upstream's pkg/registry/core/pod/storage/eviction.go) ------------------------------------
+
+#: upstream's EvictionsRetry steps: attempts at a write that keeps conflicting
+EVICTION_RETRIES = 20
+#: upstream's MaxDisruptedPodSize: evictions a budget may hold unconfirmed by the disruption controller
+MAX_DISRUPTED_PODS = 2000
+
+
+def _pod_ready(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def _eviction_ignores_budget(pod: dict[str, Any]) -> bool:
+    """Finished, not yet running, or already being deleted: evicting it disrupts nothing more."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed", "Pending") or bool(
+        pod["metadata"].get("deletionTimestamp"))
+
+
+def _budget_not_processed(pdb_name: str) -> errors.StatusError:
+    return errors.StatusError(
+        429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
+        {"causes": [{"reason": "DisruptionBudget",
+                     "message": f"The disruption budget {pdb_name} is still being processed by the server."}],
+         "retryAfterSeconds": 10},
+    )
+
+
+def _set_condition(conditions: list[dict[str, Any]], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """The conditions with `new` in place of its type; lastTransitionTime moves only when the status does."""
+    out = [dict(c) for c in conditions]
+    for cond in out:
+        if cond.get("type") == new["type"]:
+            if cond.get("status") != new["status"]:
+                cond["lastTransitionTime"] = now_rfc3339()
+            cond.update(new)
+            return out
+    return [*out, {**new, "lastTransitionTime": now_rfc3339()}]
+
+
+def _disruption_not_allowed(status: dict[str, Any]) -> list[dict[str, Any]]:
+    return _set_condition(status.get("conditions") or [], {
+        "type": "DisruptionAllowed", "status": "False", "reason": "InsufficientPods", "message": "",
+        "observedGeneration": int(status.get("observedGeneration") or 0)})
+
+
+def _with_disruption_target(conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return _set_condition(conditions, {"type": "DisruptionTarget", "status": "True",
+                                       "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"})
