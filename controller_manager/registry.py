@@ -41,8 +41,8 @@ class Descriptor:
 #: upstream names we accept in --controllers without running anything for them (yet)
 KNOWN_UNIMPLEMENTED = (
     "nodelifecycle", "route", "service",
-    "cloud-node-lifecycle", "persistentvolume-binder", "attachdetach", "persistentvolume-expander",
-    "pvc-protection", "pv-protection", "horizontalpodautoscaling",
+    "cloud-node-lifecycle", "attachdetach", "persistentvolume-expander",
+    "horizontalpodautoscaling",
     "csrsigning", "csrapproving", "csrcleaner", "tokencleaner", "bootstrapsigner",
     "ephemeral-volume", "serviceaccount-token",
     "storage-version-gc", "resourceclaim", "legacy-serviceaccount-token-cleaner", "validatingadmissionpolicy-status",

@@ -4,7 +4,8 @@ validating ones after validation, just before the object is stored.
 Only what every upstream cluster enables and what pyk8s's components rely on: the Priority
 plugin resolves `priorityClassName` into `spec.priority` and `preemptionPolicy`; the
 ServiceAccount plugin mounts the projected API credentials (`kube-api-access-*`) into pods; the
-ResourceQuota plugin (apiserver/auth/quota.py) charges creates to the namespace's quotas.
+ResourceQuota plugin (apiserver/auth/quota.py) charges creates to the namespace's quotas; the
+StorageObjectInUseProtection plugin gives new claims and volumes their protection finalizers.
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ from services.api.meta import generate_name
 Obj = dict[str, Any]
 
 SA_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+#: StorageObjectInUseProtection's finalizer for each resource it guards
+STORAGE_PROTECTION_FINALIZERS = {
+    "persistentvolumeclaims": "kubernetes.io/pvc-protection",
+    "persistentvolumes": "kubernetes.io/pv-protection",
+}
 
 SYSTEM_PRIORITY_CLASSES = (
     ("system-node-critical", 2000001000, "Used for system critical pods that must not be moved from their "
@@ -40,10 +47,25 @@ class Admission:
         if res.group == "" and res.plural == "pods":
             self._priority(obj)
             self._service_account_token(obj)
+        elif res.group == "" and res.plural in STORAGE_PROTECTION_FINALIZERS:
+            self._storage_object_in_use_protection(STORAGE_PROTECTION_FINALIZERS[res.plural], obj)
 
     async def validate_create(self, res: Resource, obj: Obj, dry_run: bool) -> None:
         """The validating plugins, on the defaulted and valid object; they may refuse it or charge for it."""
         await self.quota.validate(res, obj, dry_run)
+
+    @staticmethod
+    def _storage_object_in_use_protection(finalizer: str, obj: Obj) -> None:
+        """StorageObjectInUseProtection: claims and volumes are born with the finalizer that the
+        pvc-protection and pv-protection controllers remove once nothing uses them."""
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            return
+        finalizers = meta.get("finalizers")
+        if not isinstance(finalizers, list):
+            finalizers = meta["finalizers"] = []
+        if finalizer not in finalizers:
+            finalizers.append(finalizer)
 
     def _service_account_token(self, pod: Obj) -> None:
         """Mount a projected token, the cluster CA and the namespace where in-cluster clients look for them.

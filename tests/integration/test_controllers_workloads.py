@@ -45,7 +45,7 @@ def workload_manager(cluster: Cluster) -> Iterator[Proc]:
     cm = cluster.controller_manager(
         "cm-workloads",
         "--leader-elect=false",
-        "--controllers=statefulset,daemonset,job,cronjob,ttl-after-finished,garbagecollector",
+        "--controllers=statefulset,daemonset,job,cronjob,ttl-after-finished,garbagecollector,persistentvolume-binder",
         "--cronjob-clock-speed",
         str(CLOCK_SPEED),
     )

@@ -53,6 +53,25 @@ def scheduler(kubeconfig: Path, workdir: Path, apiserver: str) -> Iterator[subpr
         proc.wait(5)
 
 
+@pytest.fixture(scope="module")
+def pv_controller(apiserver: str, workdir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """The controller-manager's PersistentVolume controller, which completes the claims the
+    scheduler's VolumeBinding binds on the volume side."""
+    log = open(workdir / "advanced-pv-controller.log", "ab")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "controller_manager", "--master", apiserver, "--secure-port", "0",
+         "--leader-elect=false", "--controllers", "persistentvolume-binder", "--log-format", "console"],
+        cwd=REPO, stdout=log, stderr=log,
+    )
+    yield proc
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
 @pytest.fixture
 async def api(apiserver: str, scheduler: subprocess.Popen[bytes]) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=apiserver, timeout=30) as client:
@@ -269,7 +288,8 @@ async def test_no_preemption_of_equal_or_higher_priority(cluster: Cluster, api: 
     assert not holder["metadata"].get("deletionTimestamp")
 
 
-async def test_wait_for_first_consumer_static_binding(cluster: Cluster, api: httpx.AsyncClient) -> None:
+async def test_wait_for_first_consumer_static_binding(
+        cluster: Cluster, api: httpx.AsyncClient, pv_controller: subprocess.Popen[bytes]) -> None:
     sc = f"local-{cluster.tag}"
     r = await api.post("/apis/storage.k8s.io/v1/storageclasses", json={
         "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": sc},

@@ -4,10 +4,10 @@ Bound claims must have their volume reachable from the node (PV node affinity). 
 a WaitForFirstConsumer StorageClass are matched on each node to the smallest fitting available
 PV (static provisioning) or, failing that, left to the class's provisioner when its allowed
 topologies include the node. Reserve assumes the chosen PVs in memory so the next pods do not pick
-them; PreBind writes the bindings. With no PersistentVolume controller in the cluster to finish a
-static binding, PreBind completes both sides (PV claimRef and phase, PVC volumeName and phase)
-as that controller would; for dynamic provisioning it annotates the claim with the selected node
-and waits for the provisioner to bind it.
+them; PreBind writes the bindings as upstream does: for a static binding only the PV side (claimRef
+and the bound-by-controller annotation), for dynamic provisioning the claim's selected-node
+annotation. The PersistentVolume controller (or the provisioner) completes the claim, and PreBind
+waits, up to bindTimeoutSeconds, until every claim of the pod is fully bound.
 """
 
 from __future__ import annotations
@@ -130,8 +130,7 @@ def find_matching_volume(pvc: Obj, pvs: list[Obj], node: Obj, excluded: set[str]
         affinity_ok = check_node_affinity(pv, node)
         if bound_here:
             return pv if affinity_ok else None
-        # Without a PV controller to move new volumes to Available, Pending counts as available.
-        if ((pv.get("status") or {}).get("phase") or "Pending") not in ("Available", "Pending"):
+        if (pv.get("status") or {}).get("phase") != "Available":
             continue
         if selector is not None and not selector.matches(meta.get("labels") or {}):
             continue
@@ -430,53 +429,56 @@ class VolumeBinding(Plugin):
                 await self.handle.client.patch(
                     PERSISTENT_VOLUME_CLAIMS, meta["name"],
                     {"metadata": {"annotations": {ANN_SELECTED_NODE: node_name}}}, meta.get("namespace", ""))
-            await self._wait_bound(pod, volumes)
+            await self._wait_bound(node_name, volumes)
         except (ApiError, RuntimeError, TimeoutError) as e:
             return Status.error(e)
         return None
 
     async def _bind_static(self, pv: Obj, pvc: Obj) -> None:
-        client = self.handle.client
-        ns, name = pvc["metadata"].get("namespace", ""), pvc["metadata"]["name"]
-        pv_name = pv["metadata"]["name"]
-        ref = pv["spec"]["claimRef"]
-        # The assumed PV stays in the cache until the informer sees this write.
-        await client.patch(PERSISTENT_VOLUMES, pv_name, {
-            "metadata": {"annotations": {ANN_BOUND_BY_CONTROLLER: "yes"}},
-            "spec": {"claimRef": ref},
-        })
-        await client.patch_status(PERSISTENT_VOLUMES, pv_name, {"status": {"phase": "Bound"}})
-        current = await client.get(PERSISTENT_VOLUME_CLAIMS, name, ns)
-        if (current.get("spec") or {}).get("volumeName") not in (None, "", pv_name):
-            raise RuntimeError(f'persistentvolumeclaim "{name}" was bound to another volume meanwhile')
-        await client.patch(PERSISTENT_VOLUME_CLAIMS, name, {
-            "metadata": {"annotations": {ANN_BIND_COMPLETED: "yes", ANN_BOUND_BY_CONTROLLER: "yes"}},
-            "spec": {"volumeName": pv_name},
-        }, ns)
-        await client.patch_status(PERSISTENT_VOLUME_CLAIMS, name, {"status": {
-            "phase": "Bound",
-            "accessModes": (pv.get("spec") or {}).get("accessModes") or [],
-            "capacity": (pv.get("spec") or {}).get("capacity") or {},
-        }}, ns)
+        """Write the assumed PV (claimRef and annotation) over the version it was derived from, so a
+        PV taken meanwhile is a conflict; the assumed PV stays in the cache until the informer sees it."""
+        body = copy.deepcopy(pv)
+        body.pop("status", None)
+        await self.handle.client.replace(PERSISTENT_VOLUMES, body)
 
-    async def _wait_bound(self, pod: Obj, volumes: PodVolumes) -> None:
-        """Wait until every claim the pod needs is bound (for provisioning, by the provisioner)."""
+    async def _wait_bound(self, node_name: str, volumes: PodVolumes) -> None:
+        """Wait until every claim the pod needs is fully bound: by the PV controller for static
+        bindings, by the provisioner and the PV controller for dynamic ones (upstream's checkBindings)."""
+        static = [(pv["metadata"]["name"], p["metadata"].get("namespace", ""), p["metadata"]["name"])
+                  for pv, p in volumes.static_bindings]
         pending = [(p["metadata"].get("namespace", ""), p["metadata"]["name"]) for p in volumes.dynamic_provisions]
         deadline = time.monotonic() + self.bind_timeout
         client = self.handle.client
-        while pending:
+        while static or pending:
+            still_static = []
+            for pv_name, ns, name in static:
+                pv = await client.get(PERSISTENT_VOLUMES, pv_name)
+                ref = (pv.get("spec") or {}).get("claimRef") or {}
+                if not ref.get("uid"):
+                    raise RuntimeError(f'ClaimRef got reset for pv "{pv_name}"')
+                pvc = await client.get(PERSISTENT_VOLUME_CLAIMS, name, ns)
+                if not self._is_fully_bound(pvc):
+                    still_static.append((pv_name, ns, name))
             still = []
             for ns, name in pending:
                 pvc = await client.get(PERSISTENT_VOLUME_CLAIMS, name, ns)
-                if not self._is_bound(pvc):
+                selected = (pvc["metadata"].get("annotations") or {}).get(ANN_SELECTED_NODE)
+                if selected != node_name:
+                    raise RuntimeError(f'provisioning failed for PVC "{name}"')
+                if not self._is_fully_bound(pvc):
                     still.append((ns, name))
-            pending = still
-            if not pending:
+            static, pending = still_static, still
+            if not static and not pending:
                 return
             if time.monotonic() >= deadline:
-                names = ", ".join(f"{ns}/{n}" for ns, n in pending)
+                names = ", ".join([f"{ns}/{n}" for _, ns, n in static] + [f"{ns}/{n}" for ns, n in pending])
                 raise TimeoutError(f"binding volumes: timed out waiting for the condition: {names}")
             await asyncio.sleep(POLL_INTERVAL)
+
+    @staticmethod
+    def _is_fully_bound(pvc: Obj) -> bool:
+        return bool((pvc.get("spec") or {}).get("volumeName")) and \
+            ANN_BIND_COMPLETED in (pvc["metadata"].get("annotations") or {})
 
 
 def _match_topology_selector_terms(terms: list[Mapping[str, Any]], node: Obj) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any
 
@@ -283,6 +284,14 @@ def test_dynamic_provisioning_respects_allowed_topologies() -> None:
     assert ann["volume.kubernetes.io/selected-node"] == "n1"
 
 
+def _merge(target: dict, patch: dict) -> None:
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = value
+
+
 class RecordingClient:
     def __init__(self, objects: Objects) -> None:
         self.objects = objects
@@ -292,11 +301,18 @@ class RecordingClient:
         self.calls.append((resource.plural + ("/status" if kw.get("subresource") else ""), name, body))
         obj = self.objects.informer_for(resource).get(name, namespace)
         assert obj is not None
+        _merge(obj, body)
         return {**obj, "metadata": {**obj["metadata"], "resourceVersion": "2"}}
 
     async def patch_status(self, resource: Any, name: str, body: Any, namespace: str | None = None,
                            **kw: Any) -> dict:
         return await self.patch(resource, name, body, namespace, subresource="status")
+
+    async def replace(self, resource: Any, body: dict, name: str | None = None, namespace: str | None = None,
+                      **kw: Any) -> dict:
+        self.calls.append((resource.plural, body["metadata"]["name"], body))
+        stored = {**body, "metadata": {**body["metadata"], "resourceVersion": "2"}}
+        return self.objects.informer_for(resource).add(stored)
 
     async def get(self, resource: Any, name: str, namespace: str | None = None) -> dict:
         obj = self.objects.informer_for(resource).get(name, namespace)
@@ -304,7 +320,28 @@ class RecordingClient:
         return obj
 
 
-async def test_prebind_binds_static_volume_on_both_sides() -> None:
+async def test_prebind_writes_only_the_pv_and_waits_for_the_pv_controller() -> None:
+    objects, snap = binding_setup()
+    claim = objects.add("persistentvolumeclaims", pvc("data", sc="local", size="2Gi"))
+    client = RecordingClient(objects)
+    pl = VolumeBinding({}, handle(snap, objects, client))
+    p = pod("p", [claim_vol("data")])
+    _, _, state = filter_all(pl, snap, p)
+    pl.reserve(state, p, "n2")
+    binding = asyncio.create_task(pl.pre_bind(state, p, "n2"))
+    await asyncio.sleep(0.5)
+    assert not binding.done(), "PreBind returned before the claim was bound"
+    assert [(what, name) for what, name, _ in client.calls] == [("persistentvolumes", "pv-n2")]
+    written = client.calls[0][2]
+    assert written["spec"]["claimRef"]["uid"] == "pvc-data"
+    assert written["metadata"]["annotations"]["pv.kubernetes.io/bound-by-controller"] == "yes"
+    # What the PersistentVolume controller does: complete the claim side.
+    claim["spec"]["volumeName"] = "pv-n2"
+    claim["metadata"]["annotations"] = {"pv.kubernetes.io/bind-completed": "yes"}
+    assert await asyncio.wait_for(binding, 5) is None
+
+
+async def test_prebind_fails_when_the_pv_controller_resets_the_claim_ref() -> None:
     objects, snap = binding_setup()
     objects.add("persistentvolumeclaims", pvc("data", sc="local", size="2Gi"))
     client = RecordingClient(objects)
@@ -312,13 +349,11 @@ async def test_prebind_binds_static_volume_on_both_sides() -> None:
     p = pod("p", [claim_vol("data")])
     _, _, state = filter_all(pl, snap, p)
     pl.reserve(state, p, "n2")
-    assert await pl.pre_bind(state, p, "n2") is None
-    names = [(what, name) for what, name, _ in client.calls]
-    assert names == [("persistentvolumes", "pv-n2"), ("persistentvolumes/status", "pv-n2"),
-                     ("persistentvolumeclaims", "data"), ("persistentvolumeclaims/status", "data")]
-    assert client.calls[0][2]["spec"]["claimRef"]["uid"] == "pvc-data"
-    assert client.calls[2][2]["spec"]["volumeName"] == "pv-n2"
-    assert client.calls[3][2]["status"]["phase"] == "Bound"
+    binding = asyncio.create_task(pl.pre_bind(state, p, "n2"))
+    await asyncio.sleep(0.3)
+    del objects.by_plural["persistentvolumes"].get("pv-n2")["spec"]["claimRef"]
+    st = await asyncio.wait_for(binding, 5)
+    assert st is not None and st.code == Code.ERROR and 'ClaimRef got reset for pv "pv-n2"' in st.message()
 
 
 async def test_prebind_times_out_waiting_for_provisioner() -> None:
