@@ -313,6 +313,17 @@ _CONTROLLER_RULES: dict[str, list[Obj]] = {
         rule(("get", "list", "watch", "update"), ("",), ("pods",)),
         events_rule(),
     ],
+    "disruption-controller": [
+        rule(("get", "list", "watch"), ("extensions", "apps"), ("deployments",)),
+        rule(("get", "list", "watch"), ("apps", "extensions"), ("replicasets",)),
+        rule(("get", "list", "watch"), ("",), ("replicationcontrollers",)),
+        rule(("get", "list", "watch"), ("policy",), ("poddisruptionbudgets",)),
+        rule(("get", "list", "watch"), ("apps",), ("statefulsets",)),
+        rule(("update",), ("policy",), ("poddisruptionbudgets/status",)),
+        rule(("get",), ("*",), ("*/scale",)),
+        rule(("patch", "update"), ("",), ("pods/status",)),
+        events_rule(),
+    ],
     "endpoint-controller": [
         rule(READ, ("",), ("services", "pods")),
         rule(("get", "list", "create", "update", "delete"), ("",), ("endpoints",)),
@@ -355,10 +366,30 @@ _CONTROLLER_RULES: dict[str, list[Obj]] = {
         rule(("list", "delete"), ("",), ("pods",)),
         events_rule(),
     ],
+    "persistent-volume-binder": [
+        rule(("get", "list", "watch", "update", "create", "delete"), ("",), ("persistentvolumes",)),
+        rule(("update",), ("",), ("persistentvolumes/status",)),
+        rule(("get", "list", "watch", "update"), ("",), ("persistentvolumeclaims",)),
+        rule(("update",), ("",), ("persistentvolumeclaims/status",)),
+        rule(("get", "list", "watch", "create", "delete"), ("",), ("pods",)),
+        rule(("get", "list", "watch"), ("storage.k8s.io",), ("storageclasses",)),
+        rule(("get",), ("",), ("secrets",)),
+        rule(("list", "watch"), ("",), ("nodes",)),
+        events_rule(),
+    ],
     "pod-garbage-collector": [
         rule(("list", "watch", "delete"), ("",), ("pods",)),
         rule(("get", "list"), ("",), ("nodes",)),
         rule(("patch",), ("",), ("pods/status",)),
+    ],
+    "pv-protection-controller": [
+        rule(("get", "list", "watch", "update"), ("",), ("persistentvolumes",)),
+        events_rule(),
+    ],
+    "pvc-protection-controller": [
+        rule(("get", "list", "watch", "update"), ("",), ("persistentvolumeclaims",)),
+        rule(("list", "watch", "get"), ("",), ("pods",)),
+        events_rule(),
     ],
     "replicaset-controller": [
         rule(("get", "list", "watch", "update"), ("apps", "extensions"), ("replicasets",)),
