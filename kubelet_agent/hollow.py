@@ -12,7 +12,7 @@ from kubelet_agent.kubelet import Kubelet, KubeletOptions
 from kubelet_agent.node import HostInfo, NodeConfig
 from kubelet_agent.pods.status import PODS, StatusManager
 from services.client import Client
-from services.informers import Informer
+from services.informers import Informer, strip_managed_fields
 
 
 def hollow_node_ip(index: int) -> str:
@@ -35,7 +35,8 @@ class HollowNodes:
                                 taints=list(taints or []))
             runtime = HollowRuntime(pod_cidr=f"10.{128 + i // 256}.{i % 256}.0/24")
             self.kubelets[name] = Kubelet(client, runtime, config, options, self.status, own_informer=False)
-        self.informer = Informer(client, PODS, field_selector="spec.nodeName!=")
+        # The kubelets never read managedFields and write status by patch, so the cache need not hold them.
+        self.informer = Informer(client, PODS, field_selector="spec.nodeName!=", transform=strip_managed_fields)
         self.informer.add_event_handler(self._add, lambda _o, n: self._add(n), self._delete)
 
     def _add(self, pod: dict[str, Any]) -> None:

@@ -37,7 +37,7 @@ from kubelet_agent.pods.volumes import PLUGIN_DIRS, VolumeManager
 from kubelet_agent.pods.worker import NodeContext, PodWorker
 from kubelet_agent.static import is_mirror, mirror_of, read_manifests_async
 from services.client import AlreadyExists, ApiError, Client, Conflict, Forbidden, NotFound, gvr
-from services.informers import Informer
+from services.informers import Informer, strip_managed_fields
 
 log = structlog.get_logger(__name__)
 NAMESPACES = gvr("v1", "namespaces", namespaced=False)
@@ -151,7 +151,8 @@ class Kubelet:
         await self._ensure_lease_namespace()
         self._tasks.append(asyncio.create_task(self.agent.run(), name=f"node-{self.name}"))
         if self.own_informer:
-            self.informer = Informer(self.client, PODS, field_selector=f"spec.nodeName={self.name}")
+            self.informer = Informer(self.client, PODS, field_selector=f"spec.nodeName={self.name}",
+                                     transform=strip_managed_fields)
             self.informer.add_event_handler(self.on_pod, lambda _o, n: self.on_pod(n), self.on_pod_deleted)
             self.informer.start()
         for kind, pod in self._pending:
