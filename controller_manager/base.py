@@ -37,6 +37,8 @@ class QueueController:
         self.watched = informers
         self.workers = max(int(workers), 1)
         self.log = log.bind(controller=name)
+        #: seconds between calls of resync(), for controllers upstream also re-examines periodically; 0: never
+        self.resync_period = 0.0
 
     def enqueue(self, obj: dict[str, Any]) -> None:
         self.queue.add(meta_namespace_key(obj))
@@ -47,11 +49,16 @@ class QueueController:
     async def sync(self, key: str) -> None:
         raise NotImplementedError
 
+    def resync(self) -> None:
+        """Queue what a periodic resync looks at again; called every resync_period once the caches synced."""
+
     async def run(self) -> None:
-        """Wait for the caches, then run the workers until cancelled."""
+        """Wait for the caches, then run the workers (and the periodic resync) until cancelled."""
         await asyncio.gather(*(i.wait_for_sync() for i in self.watched))
         self.log.info("caches synced, starting workers", workers=self.workers)
         tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
+        if self.resync_period > 0:
+            tasks.append(asyncio.create_task(self._resync_loop()))
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -59,6 +66,11 @@ class QueueController:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _resync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.resync_period)
+            self.resync()
 
     async def _worker(self) -> None:
         while True:

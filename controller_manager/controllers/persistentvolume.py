@@ -13,7 +13,6 @@ claim is gone are Released and reclaimed by their policy; pyk8s has no in-tree d
 from __future__ import annotations
 
 import argparse
-import asyncio
 import copy
 from collections.abc import Iterable
 from decimal import Decimal
@@ -212,12 +211,12 @@ class PersistentVolumeController(QueueController):
         self.volumes = ctx.informer(PVS)
         self.claims = ctx.informer(PVCS)
         self.classes = ctx.informer(STORAGE_CLASSES)
-        self.resync_period = float(ctx.options.pvclaimbinder_sync_period)
         #: what this controller wrote last, newer than the informers until they catch up (upstream's
         #: storeVolumeUpdate/storeClaimUpdate), so a volume just taken is not offered again
         self._written_volumes: dict[str, Obj] = {}
         self._written_claims: dict[str, Obj] = {}
         super().__init__(NAME, [self.volumes, self.claims, self.classes], 1)
+        self.resync_period = float(ctx.options.pvclaimbinder_sync_period)
         self.volumes.add_event_handler(self._volume_changed, lambda old, new: self._volume_changed(new),
                                        self._volume_deleted)
         self.claims.add_event_handler(self._claim_changed, lambda old, new: self._claim_changed(new),
@@ -267,25 +266,12 @@ class PersistentVolumeController(QueueController):
 
     # -- the loop ------------------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        resync = asyncio.create_task(self._resync())
-        try:
-            await super().run()
-        finally:
-            resync.cancel()
-            await asyncio.gather(resync, return_exceptions=True)
-
-    async def _resync(self) -> None:
+    def resync(self) -> None:
         """Every --pvclaimbinder-sync-period, look at everything again, as upstream's resync does."""
-        if self.resync_period <= 0:
-            return
-        await asyncio.gather(*(i.wait_for_sync() for i in self.watched))
-        while True:
-            await asyncio.sleep(self.resync_period)
-            for claim in self.claims.list():
-                self._claim_changed(claim)
-            for volume in self.volumes.list():
-                self.queue.add(VOLUME_PREFIX + volume["metadata"]["name"])
+        for claim in self.claims.list():
+            self._claim_changed(claim)
+        for volume in self.volumes.list():
+            self.queue.add(VOLUME_PREFIX + volume["metadata"]["name"])
 
     async def sync(self, key: str) -> None:
         if key.startswith(CLAIM_PREFIX):

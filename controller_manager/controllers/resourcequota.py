@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -52,7 +51,7 @@ class ResourceQuotaController(QueueController):
         self.client = ctx.client
         self.quotas = ctx.informer(RESOURCE_QUOTAS)
         super().__init__(NAME, [self.quotas], int(ctx.options.concurrent_resource_quota_syncs))
-        self.sync_period = float(ctx.options.resource_quota_sync_period)
+        self.resync_period = float(ctx.options.resource_quota_sync_period)
         self.monitors: dict[tuple[str, str], Informer] = {}
         self.resources: dict[tuple[str, str], APIResource] = {}
         self._discovered_at = float("-inf")
@@ -65,20 +64,10 @@ class ResourceQuotaController(QueueController):
         if not q.equals(hard, (old.get("spec") or {}).get("hard") or {}) or not q.equals(hard, q.status_hard(new)):
             self.enqueue(new)
 
-    async def run(self) -> None:
-        resync = asyncio.create_task(self._resync())
-        try:
-            await super().run()
-        finally:
-            resync.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await resync
-
-    async def _resync(self) -> None:
-        while True:
-            await asyncio.sleep(self.sync_period)
-            for quota in self.quotas.list():
-                self.enqueue(quota)
+    def resync(self) -> None:
+        """Every --resource-quota-sync-period, recount every quota, as upstream's full resync does."""
+        for quota in self.quotas.list():
+            self.enqueue(quota)
 
     # -- tracked resources -------------------------------------------------------------------------
 
