@@ -525,10 +525,46 @@ class ResourceHandler:
             return await self._evict(request, store, ns, name, wopts)
         if sub == "token" and verb == "create":
             return await self._token(request, store, ns or "", name)
+        if sub == "ephemeralcontainers" and res.kind == "Pod" and not res.group:
+            return await self._ephemeral(request, store, ns, name, verb, wopts, rep)
         raise errors.StatusError(
             405 if sub in res.subresources else 404, "MethodNotAllowed" if sub in res.subresources else "NotFound",
             f"the server does not serve {verb} on {res.plural}/{sub} yet",
         )
+
+    async def _ephemeral(
+        self, request: Request, store: RESTStore, ns: str | None, name: str, verb: str, wopts: WriteOptions,
+        rep: Representation,
+    ) -> Response:
+        """pods/ephemeralcontainers: reads and writes whole Pods, of which only spec.ephemeralContainers
+        may change (upstream's EphemeralContainersREST)."""
+        res = store.res
+        if verb == "get":
+            return self._object(await store.get(ns, name), rep, res)
+        if verb == "update":
+            body, warnings = await self._body(request, res)
+            patch_type, patch = "", body
+        elif verb == "patch":
+            patch_type, patch = await self._patch_body(request)
+            if patch_type == "apply":
+                raise errors.StatusError(415, "UnsupportedMediaType", "the server does not support apply patches "
+                                         "on pods/ephemeralcontainers")
+            warnings = []
+        else:
+            raise errors.method_not_allowed()
+        check = _patched_types(res)
+
+        def change(pod: dict[str, Any]) -> dict[str, Any]:
+            rv = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
+            if rv and rv != pod["metadata"].get("resourceVersion"):
+                raise errors.conflict(res.plural, res.group, name, errors.STALE_WRITE)
+            wanted = patch if patch_type == "" else apply_patch(patch_type, pod, patch)
+            if check is not None and isinstance(wanted, dict):
+                check(wanted)
+            return pods.update_ephemeral_containers(pod, wanted)
+
+        obj = await store.mutate(ns, name, change, wopts, subresource="ephemeralcontainers")
+        return self._object(obj, rep, res, 200, warnings)
 
     async def _token(self, request: Request, store: RESTStore, ns: str, name: str) -> Response:
         raw = await self._raw(request)

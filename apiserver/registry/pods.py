@@ -1,16 +1,20 @@
 """Pods: defaults (including what the ServiceAccount, Priority and DefaultTolerationSeconds
 admission plugins add), validation, update rules, field selectors, graceful deletion
-and the pods/binding subresource."""
+the pods/binding subresource and the pods/ephemeralcontainers subresource."""
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime
+from typing import Any
 
 from apiserver.registry import podspec
 from apiserver.registry.base import MetaStrategy, child, get
 from apiserver.registry.strategy import Cause, Obj
 from services.api import errors
 from services.api import validation as v
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 class PodStrategy(MetaStrategy):
@@ -20,6 +24,15 @@ class PodStrategy(MetaStrategy):
         spec = child(obj, "spec")
         podspec.default_pod_spec(spec)
         podspec.default_pod_only(spec)
+        for container in spec.get("ephemeralContainers") or []:
+            if isinstance(container, dict):
+                podspec._default_container(container)
+
+    def validate(self, obj: Obj) -> list[Cause]:
+        causes = super().validate(obj)
+        if get(obj, "spec", "ephemeralContainers"):
+            causes.append(v.forbidden("spec.ephemeralContainers", "cannot be set on create"))
+        return causes
 
     def prepare_for_create(self, obj: Obj) -> None:
         obj["status"] = {"phase": "Pending", "qosClass": podspec.qos_class(obj.get("spec") or {})}
@@ -74,6 +87,103 @@ class PodStrategy(MetaStrategy):
         if period < 0:
             return 1
         return period
+
+
+#: EphemeralContainer fields upstream refuses (everything its allow list leaves out), in field order.
+EPHEMERAL_FORBIDDEN_FIELDS = ("ports", "resources", "resizePolicy", "restartPolicy", "livenessProbe",
+                              "readinessProbe", "startupProbe", "lifecycle")
+EPHEMERAL_FORBIDDEN = "cannot be set for an Ephemeral Container"
+
+
+def validate_ephemeral_containers(spec: Obj) -> list[Cause]:
+    """Upstream's validateEphemeralContainers: names unique across all containers, the target a
+    regular or init container, and none of the fields that would make it part of the workload."""
+    causes: list[Cause] = []
+    others = {c.get("name") for key in ("containers", "initContainers") for c in spec.get(key) or []
+              if isinstance(c, dict)}
+    names = set(others)
+    volumes = {vol.get("name") for vol in spec.get("volumes") or [] if isinstance(vol, dict)}
+    for i, container in enumerate(spec.get("ephemeralContainers") or []):
+        path = f"spec.ephemeralContainers[{i}]"
+        if not isinstance(container, dict):
+            causes.append(v.required(path))
+            continue
+        name = container.get("name") or ""
+        if not name:
+            causes.append(v.required(f"{path}.name"))
+        else:
+            causes.extend(v.invalid(f"{path}.name", name, m) for m in v.is_dns1123_label(name))
+        causes.extend(podspec._validate_container(container, path, volumes, True))
+        if name in names:
+            causes.append(v.duplicate(f"{path}.name", name))
+        names.add(name)
+        target = container.get("targetContainerName") or ""
+        if target and target not in others:
+            causes.append(v.not_found(f"{path}.targetContainerName", target))
+        for key in EPHEMERAL_FORBIDDEN_FIELDS:
+            value = container.get(key)
+            if key == "resources" and isinstance(value, dict):
+                value = {k: val for k, val in value.items() if val}
+            if value not in (None, [], {}):
+                causes.append(v.forbidden(f"{path}.{key}", EPHEMERAL_FORBIDDEN))
+        for j, mount in enumerate(container.get("volumeMounts") or []):
+            for key in ("subPath", "subPathExpr"):
+                if isinstance(mount, dict) and mount.get(key):
+                    causes.append(v.forbidden(f"{path}.volumeMounts[{j}].{key}", EPHEMERAL_FORBIDDEN))
+    return causes
+
+
+def _changes(old: Obj, new: Obj) -> str:
+    """A short account of what differs between two versions of an ephemeral container."""
+    lines = []
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            lines.append(f"  {key}: {old.get(key)!r} -> {new.get(key)!r}")
+    return "\n".join(lines)
+
+
+def validate_ephemeral_update(new: Obj, old: Obj) -> list[Cause]:
+    """Upstream's ValidatePodEphemeralContainersUpdate: the pod stays valid, and existing ephemeral
+    containers are neither removed nor changed (matched by name: patches may reorder the list)."""
+    if MIRROR_ANNOTATION in (get(old, "metadata", "annotations") or {}):
+        return [v.forbidden("", "static pods do not support ephemeral containers")]
+    spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+    causes = v.validate_object_meta_update(new.get("metadata"), old.get("metadata"))
+    causes += podspec.validate_pod_spec(spec, "spec", is_pod=True)
+    causes += validate_ephemeral_containers(spec)
+    index = {c.get("name"): c for c in spec.get("ephemeralContainers") or [] if isinstance(c, dict)}
+    for before in old_spec.get("ephemeralContainers") or []:
+        name = before.get("name", "")
+        after = index.get(name)
+        if after is None:
+            causes.append(v.forbidden("spec.ephemeralContainers",
+                                      f'existing ephemeral containers "{name}" may not be removed\n'))
+        elif after != before:
+            causes.append(v.forbidden("spec.ephemeralContainers", f'existing ephemeral containers "{name}" may not '
+                                      f"be changed\n{_changes(before, after)}"))
+    return causes
+
+
+def update_ephemeral_containers(pod: Obj, wanted: Any) -> Obj:
+    """The pod after a write to pods/ephemeralcontainers: only spec.ephemeralContainers is taken from
+    `wanted` (upstream's dropNonEphemeralContainerUpdates); raises 422 when the result is invalid."""
+    name = get(pod, "metadata", "name", default="")
+    if not isinstance(wanted, dict):
+        raise errors.bad_request("a Pod object is required")
+    containers = get(wanted, "spec", "ephemeralContainers")
+    new = copy.deepcopy(pod)
+    spec = new.setdefault("spec", {})
+    if containers:
+        spec["ephemeralContainers"] = copy.deepcopy(containers)
+    else:
+        spec.pop("ephemeralContainers", None)
+    for container in spec.get("ephemeralContainers") or []:
+        if isinstance(container, dict):
+            podspec._default_container(container)
+    causes = validate_ephemeral_update(new, pod)
+    if causes:
+        raise errors.invalid("Pod", "", name, causes)
+    return new
 
 
 def validate_binding(binding: Obj) -> list[Cause]:

@@ -4,6 +4,8 @@ Containers start at once and run until stopped; init containers exit 0 at
 once. A pod annotation scripts a container instead:
 `hollow.pyk8s.io/container.<name>: "exit=<code>,after=<seconds>"` makes it exit with that code
 (every time it runs, so a non-zero code crash-loops), `"fail=<message>"` makes its start fail.
+Ephemeral containers run like app containers (scripted the same way) and may name a target
+container whose PID namespace they join; that container must exist.
 Readiness probes pass unless `hollow.pyk8s.io/ready.<name>` (or, for every container,
 `hollow.pyk8s.io/ready`) is "false"; the prober reads the pod's current annotations, so changing
 them flips a running container's readiness.
@@ -131,6 +133,8 @@ class HollowRuntime:
     async def create_container(self, sandbox_id: str, spec: ContainerSpec, sandbox: SandboxSpec) -> str:
         if sandbox_id not in self._sandboxes:
             raise RuntimeError_(f"sandbox {sandbox_id} not found", "NotFound")
+        if spec.pid_target and spec.pid_target not in self._containers:
+            raise RuntimeError_(f"target container {spec.pid_target} not found", "NotFound")
         cid = f"hollow-{next(_ids):012x}"
         labels = {**spec.labels, LABEL_POD_UID: sandbox.uid}
         self._containers[cid] = ContainerInfo(

@@ -155,8 +155,10 @@ class RemoteRuntime:
         security = pb.LinuxContainerSecurityContext(
             privileged=spec.privileged, readonly_rootfs=spec.readonly_rootfs,
             namespace_options=pb.NamespaceOption(network=pb.NODE if sandbox.host_network else pb.POD,
-                                                 pid=pb.NODE if sandbox.host_pid else pb.CONTAINER,
-                                                 ipc=pb.NODE if sandbox.host_ipc else pb.POD))
+                                                 pid=pb.NODE if sandbox.host_pid
+                                                 else pb.TARGET if spec.pid_target else pb.CONTAINER,
+                                                 ipc=pb.NODE if sandbox.host_ipc else pb.POD,
+                                                 target_id="" if sandbox.host_pid else spec.pid_target))
         if spec.run_as_user is not None:
             security.run_as_user.value = spec.run_as_user
         config = pb.ContainerConfig(

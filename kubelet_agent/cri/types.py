@@ -96,6 +96,8 @@ class ContainerSpec:
     run_as_group: int | None = None
     readonly_rootfs: bool = False
     init: bool = False
+    #: ID of the container whose PID namespace this one joins (an ephemeral container's target).
+    pid_target: str = ""
 
 
 @dataclass

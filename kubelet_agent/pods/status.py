@@ -19,7 +19,7 @@ log = structlog.get_logger(__name__)
 PODS = gvr("v1", "pods")
 KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
 KUBELET_FIELDS = ("phase", "conditions", "hostIP", "hostIPs", "podIP", "podIPs", "startTime",
-                  "containerStatuses", "initContainerStatuses", "qosClass")
+                  "containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses", "qosClass")
 
 
 def runtime_prefix(runtime_name: str) -> str:
@@ -195,6 +195,12 @@ def build_status(
         statuses.append(container_status(c, inst, waiting.get(c["name"]), default, ready.get(cid, False),
                                          started.get(cid, False), prefix))
     phase = pod_phase(pod, init_statuses, statuses, terminal)
+    ephemeral_statuses = []
+    for c in spec.get("ephemeralContainers") or []:
+        inst = by_name.get(c["name"], [])
+        entry = container_status(c, inst, waiting.get(c["name"]), "ContainerCreating", False, False, prefix)
+        entry.pop("started")  # the prober owns `started`, and it never sees ephemeral containers
+        ephemeral_statuses.append(entry)
     old_conds = {c.get("type", ""): c for c in old.get("conditions") or []}
     conditions = [c for c in old.get("conditions") or [] if c.get("type") not in KUBELET_CONDITIONS]
     sandbox_ok = sandbox is not None and sandbox.ready and phase not in ("Succeeded", "Failed")
@@ -239,6 +245,8 @@ def build_status(
     if init_specs:
         status["initContainerStatuses"] = init_statuses
     status["containerStatuses"] = statuses
+    if ephemeral_statuses:
+        status["ephemeralContainerStatuses"] = ephemeral_statuses
     status["qosClass"] = old.get("qosClass") or qos_class(spec)
     return status
 

@@ -200,8 +200,8 @@ class PodWorker:
             return
         path = ""
         if container:
-            kind = "initContainers" if any(c["name"] == container for c in self.spec.get("initContainers") or []) \
-                else "containers"
+            kind = next((key for key in ("initContainers", "ephemeralContainers")
+                         if any(c["name"] == container for c in self.spec.get(key) or [])), "containers")
             path = f"spec.{kind}{{{container}}}"
         self.ctx.events.record({"kind": "Pod", "metadata": self.meta}, event_type, reason, message, path)
 
@@ -252,6 +252,7 @@ class PodWorker:
             return False
         await self._handle_kill_requests(containers)
         await self._sync_containers(sandbox, containers)
+        await self._sync_ephemeral(sandbox, await rt.list_containers(self.uid))
         containers = await rt.list_containers(self.uid)
         await self._gc_containers(containers)
         running = {c.name: (c.id, self._spec_of(c.name) or {}) for c in self._latest(containers).values()
@@ -278,13 +279,17 @@ class PodWorker:
         return {name: items[0] for name, items in instances_by_name(containers).items()}
 
     def _spec_of(self, name: str) -> dict[str, Any] | None:
-        for c in (self.spec.get("initContainers") or []) + (self.spec.get("containers") or []):
+        for c in [*(self.spec.get("initContainers") or []), *(self.spec.get("containers") or []),
+                  *(self.spec.get("ephemeralContainers") or [])]:
             if c["name"] == name:
                 return c
         return None
 
     def _is_app(self, name: str) -> bool:
         return any(c["name"] == name for c in self.spec.get("containers") or [])
+
+    def _is_init(self, name: str) -> bool:
+        return any(c["name"] == name for c in self.spec.get("initContainers") or [])
 
     def _publish(self, sandbox: SandboxInfo | None, containers: list[ContainerInfo], terminal: bool = False) -> None:
         status = build_status(
@@ -420,6 +425,24 @@ class PodWorker:
             else:
                 self.waiting.pop(c["name"], None)
 
+    async def _sync_ephemeral(self, sandbox: SandboxInfo, containers: list[ContainerInfo]) -> None:
+        """Start each ephemeral container that has never run; once started, it is never restarted."""
+        latest = self._latest(containers)
+        for c in self.spec.get("ephemeralContainers") or []:
+            if c["name"] in latest:
+                continue
+            target = c.get("targetContainerName") or ""
+            pid_target = ""
+            if target:
+                inst = latest.get(target)
+                if inst is None:
+                    self.waiting[c["name"]] = ("CreateContainerConfigError",
+                                               f"unable to find target container {target}")
+                    self._after(2.0)
+                    continue
+                pid_target = inst.id
+            await self._start(sandbox, c, 0, None, pid_target)
+
     async def _restart(self, sandbox: SandboxInfo, spec: dict[str, Any], dead: ContainerInfo) -> None:
         name = spec["name"]
         key = name
@@ -491,7 +514,7 @@ class PodWorker:
         return self.ctx.pull_failures.get(ref, 0.0)
 
     async def _container_spec(self, sandbox: SandboxInfo, spec: dict[str, Any], attempt: int,
-                              image: str) -> ContainerSpec | None:
+                              image: str, pid_target: str = "") -> ContainerSpec | None:
         name = spec["name"]
         meta = self.meta
         env: dict[str, str] = {}
@@ -529,7 +552,7 @@ class PodWorker:
             run_as_user=(spec.get("securityContext") or {}).get(
                 "runAsUser", (self.spec.get("securityContext") or {}).get("runAsUser")),
             readonly_rootfs=bool((spec.get("securityContext") or {}).get("readOnlyRootFilesystem")),
-            init=not self._is_app(name),
+            init=self._is_init(name), pid_target=pid_target,
         )
 
     def _mounts_for(self, spec: dict[str, Any], env: dict[str, str], sandbox: SandboxInfo) -> list[Mount] | None:
@@ -586,12 +609,13 @@ class PodWorker:
         return "\n".join(lines) + "\n"
 
     async def _start(self, sandbox: SandboxInfo, spec: dict[str, Any], attempt: int,
-                     previous: ContainerInfo | None) -> None:
+                     previous: ContainerInfo | None, pid_target: str = "") -> None:
+        """Create and start one container; `pid_target` (a container ID) puts it in that PID namespace."""
         rt, name = self.ctx.runtime, spec["name"]
         image = await self._ensure_image(spec)
         if image is None:
             return
-        cspec = await self._container_spec(sandbox, spec, attempt, image)
+        cspec = await self._container_spec(sandbox, spec, attempt, image, pid_target)
         if cspec is None:
             return
         sandbox_spec = self._sandbox_spec or self.sandbox_spec(sandbox.attempt)
