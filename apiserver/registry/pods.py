@@ -26,7 +26,7 @@ class PodStrategy(MetaStrategy):
         podspec.default_pod_only(spec)
         for container in spec.get("ephemeralContainers") or []:
             if isinstance(container, dict):
-                podspec._default_container(container)
+                podspec.default_container(container)
 
     def validate(self, obj: Obj) -> list[Cause]:
         causes = super().validate(obj)
@@ -113,7 +113,7 @@ def validate_ephemeral_containers(spec: Obj) -> list[Cause]:
             causes.append(v.required(f"{path}.name"))
         else:
             causes.extend(v.invalid(f"{path}.name", name, m) for m in v.is_dns1123_label(name))
-        causes.extend(podspec._validate_container(container, path, volumes, True))
+        causes.extend(podspec.validate_container(container, path, volumes, True))
         if name in names:
             causes.append(v.duplicate(f"{path}.name", name))
         names.add(name)
@@ -179,7 +179,7 @@ def update_ephemeral_containers(pod: Obj, wanted: Any) -> Obj:
         spec.pop("ephemeralContainers", None)
     for container in spec.get("ephemeralContainers") or []:
         if isinstance(container, dict):
-            podspec._default_container(container)
+            podspec.default_container(container)
     causes = validate_ephemeral_update(new, pod)
     if causes:
         raise errors.invalid("Pod", "", name, causes)

@@ -58,7 +58,8 @@ def _default_handler(handler: Any) -> None:
         setdefault(handler["httpGet"], "scheme", "HTTP")
 
 
-def _default_container(container: Obj) -> None:
+def default_container(container: Obj) -> None:
+    """Upstream's container defaults; shared by every kind of container a pod has, ephemeral ones too."""
     if isinstance(container.get("image"), str):
         setdefault(container, "imagePullPolicy", image_pull_policy(container["image"]))
     setdefault(container, "terminationMessagePath", "/dev/termination-log")
@@ -96,7 +97,7 @@ def default_pod_spec(spec: Obj) -> None:
     for key in ("initContainers", "containers"):
         for container in spec.get(key) or []:
             if isinstance(container, dict):
-                _default_container(container)
+                default_container(container)
     for volume in spec.get("volumes") or []:
         if isinstance(volume, dict):
             _default_volume(volume)
@@ -250,7 +251,8 @@ def _validate_env(env: Any, path: str) -> list[Cause]:
     return causes
 
 
-def _validate_container(container: Obj, path: str, volumes: set[str], is_pod: bool) -> list[Cause]:
+def validate_container(container: Obj, path: str, volumes: set[str], is_pod: bool) -> list[Cause]:
+    """The checks every container passes, wherever in a pod (or template) it is declared."""
     causes: list[Cause] = []
     image = container.get("image") or ""
     if not image:
@@ -351,7 +353,7 @@ def validate_pod_spec(spec: Any, path: str = "spec", is_pod: bool = True) -> lis
                 if name in names:
                     causes.append(v.duplicate(f"{cpath}.name", name))
             names.add(name)
-            causes.extend(_validate_container(container, cpath, volume_names, is_pod))
+            causes.extend(validate_container(container, cpath, volume_names, is_pod))
     restart = spec.get("restartPolicy") or ""
     if not restart:
         causes.append(v.required(f"{path}.restartPolicy"))
