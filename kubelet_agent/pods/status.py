@@ -340,7 +340,9 @@ class StatusManager:
             if key in previous and key not in body and key != "nominatedNodeName":
                 body[key] = None
         try:
-            await self.client.patch_status(PODS, name, {"status": body}, namespace)
+            # Strategic merge, as upstream's kubelet: conditions merge by type, so a condition another
+            # component wrote since this kubelet's copy (DisruptionTarget, readiness gates) is kept.
+            await self.client.patch_status(PODS, name, {"status": body}, namespace, patch_type="strategic")
             self._sent[uid] = status
         except NotFound:
             self._sent.pop(uid, None)
