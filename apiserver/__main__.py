@@ -93,6 +93,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--kubelet-client-key", default="")
     p.add_argument("--kubelet-preferred-address-types",
                    default="InternalIP,ExternalIP,Hostname,InternalDNS,ExternalDNS")
+    p.add_argument("--default-not-ready-toleration-seconds", type=int, default=300,
+                   help="tolerationSeconds of the not-ready:NoExecute toleration added to pods without one")
+    p.add_argument("--default-unreachable-toleration-seconds", type=int, default=300,
+                   help="tolerationSeconds of the unreachable:NoExecute toleration added to pods without one")
     p.add_argument("--v", type=int, default=0, help="log verbosity")
     p.add_argument("--log-format", choices=("console", "json"), default="console")
     return p.parse_args(argv)
@@ -137,6 +141,8 @@ async def serve(args: argparse.Namespace) -> None:
         authorization_modes=args.authorization_mode,
         token_auth_file=args.token_auth_file,
         anonymous_auth=args.anonymous_auth,
+        default_not_ready_toleration_seconds=args.default_not_ready_toleration_seconds,
+        default_unreachable_toleration_seconds=args.default_unreachable_toleration_seconds,
     )
     server = APIServer(options)
     app = APIApp(server, kubelet_config(args))

@@ -47,6 +47,9 @@ class Options:
     authorization_modes: list[str] = field(default_factory=lambda: ["AlwaysAllow"])
     token_auth_file: str = ""
     anonymous_auth: bool = True
+    #: DefaultTolerationSeconds admission (--default-not-ready/unreachable-toleration-seconds)
+    default_not_ready_toleration_seconds: int = 300
+    default_unreachable_toleration_seconds: int = 300
 
 
 class APIServer:
@@ -66,7 +69,9 @@ class APIServer:
             node_port_range=options.service_node_port_range,
             event_ttl=options.event_ttl,
         )
-        self.ctx.admission = Admission(self.cache, root)
+        self.ctx.admission = Admission(
+            self.cache, root, not_ready_toleration_seconds=options.default_not_ready_toleration_seconds,
+            unreachable_toleration_seconds=options.default_unreachable_toleration_seconds)
         self.tokens = TokenIssuer.load_or_create(
             options.service_account_signing_key_file, Path(options.cert_dir), options.service_account_issuer,
             options.api_audiences,

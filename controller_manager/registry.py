@@ -40,13 +40,13 @@ class Descriptor:
 
 #: upstream names we accept in --controllers without running anything for them (yet)
 KNOWN_UNIMPLEMENTED = (
-    "nodelifecycle", "route", "service",
+    "route", "service",
     "cloud-node-lifecycle", "attachdetach", "persistentvolume-expander",
     "horizontalpodautoscaling",
     "csrsigning", "csrapproving", "csrcleaner", "tokencleaner", "bootstrapsigner",
     "ephemeral-volume", "serviceaccount-token",
     "storage-version-gc", "resourceclaim", "legacy-serviceaccount-token-cleaner", "validatingadmissionpolicy-status",
-    "service-cidr-controller", "storageversion-migrator", "taint-eviction-controller",
+    "service-cidr-controller", "storageversion-migrator",
     "selinux-warning-controller",
 )
 

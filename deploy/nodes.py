@@ -28,6 +28,8 @@ MAX_NODES = 200
 CLUSTER_DNS_IP = "10.96.0.10"
 DNS_SERVICE = ("kube-system", "kube-dns")
 DNS_SLICE = "kube-dns-pyk8s"
+STORAGE_CLASS = "standard"
+STORAGE_PROVISIONER = "pyk8s.io/hostpath"
 MANAGED_BY = "pyk8s-up"
 CONTAINERD = "containerd"
 PROXY_TOOLS = ("iptables", "iptables-save", "iptables-restore", "nft")
@@ -429,6 +431,24 @@ async def ensure_kube_dns(state: State, http: httpx.AsyncClient) -> None:
     }
     slices = f"{state.server}/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
     await _put_or_create(http, slices, DNS_SLICE, slice_body, "endpoints", "ports")
+
+
+async def ensure_default_storage_class(state: State, http: httpx.AsyncClient) -> None:
+    """The default StorageClass `standard`, as kind ships one: claims without a class get node-local
+    volumes from pyk8s-hostpath-provisioner, in directories under the state dir, next to the cluster's
+    other data. Only created when missing, so an admin's changes to it stay."""
+    body = {
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": STORAGE_CLASS, "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": STORAGE_PROVISIONER, "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": "Delete",
+        "parameters": {"path": str(storage_dir(state))},
+    }
+    await _put_or_create(http, f"{state.server}/apis/storage.k8s.io/v1/storageclasses", STORAGE_CLASS, body)
+
+
+def storage_dir(state: State) -> Path:
+    """Where the `standard` class's volumes live on every node (nodes share the host's filesystem)."""
+    return state.root / "storage"
 
 
 async def _put_or_create(http: httpx.AsyncClient, base: str, name: str, body: dict[str, Any],

@@ -133,7 +133,8 @@ def _component(module: str, name: str, *extra: str) -> Callable[[State], list[st
 def _controller_manager_argv(state: State) -> list[str]:
     return [*_component("controller_manager", "controller-manager")(state), "--leader-elect=true",
             f"--root-ca-file={state.pki.ca[0]}", f"--service-cluster-ip-range={SERVICE_CIDR}",
-            f"--cluster-cidr={CLUSTER_CIDR}", "--allocate-node-cidrs=true"]
+            f"--cluster-cidr={CLUSTER_CIDR}", "--allocate-node-cidrs=true",
+            "--controllers=*,pyk8s-hostpath-provisioner"]
 
 
 def _noderoutes_argv(state: State) -> list[str]:
@@ -182,6 +183,7 @@ CONTROL_PLANE: tuple[ProcessSpec, ...] = (
         needs=("apiserver",),
         listens=_own_port("controller-manager"),
         health_port=True,
+        prepare=nodes.ensure_default_storage_class,
     ),
     ProcessSpec(
         name="scheduler",

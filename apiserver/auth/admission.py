@@ -5,7 +5,9 @@ Only what every upstream cluster enables and what pyk8s's components rely on: th
 plugin resolves `priorityClassName` into `spec.priority` and `preemptionPolicy`; the
 ServiceAccount plugin mounts the projected API credentials (`kube-api-access-*`) into pods; the
 ResourceQuota plugin (apiserver/auth/quota.py) charges creates to the namespace's quotas; the
-StorageObjectInUseProtection plugin gives new claims and volumes their protection finalizers.
+StorageObjectInUseProtection plugin gives new claims and volumes their protection finalizers; the
+DefaultStorageClass plugin gives claims that name no class the cluster's default one; the
+DefaultTolerationSeconds plugin lets pods stay 300 s on not-ready and unreachable nodes.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from apiserver.auth.quota import QuotaAdmission
 from services.api import errors
 from services.api.catalog import Resource
 from services.api.meta import generate_name
+from services.api.storage import default_storage_class, names_class
 
 Obj = dict[str, Any]
 
 SA_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
 
 #: StorageObjectInUseProtection's finalizer for each resource it guards
 STORAGE_PROTECTION_FINALIZERS = {
@@ -38,21 +42,52 @@ SYSTEM_PRIORITY_CLASSES = (
 class Admission:
     """The admission chain; reads other objects from the watch cache, like upstream's informers."""
 
-    def __init__(self, cache: Any, root: str) -> None:
+    def __init__(self, cache: Any, root: str, *, not_ready_toleration_seconds: int = 300,
+                 unreachable_toleration_seconds: int = 300) -> None:
         self.cache = cache
         self.root = root
         self.quota = QuotaAdmission(cache, root)
+        #: DefaultTolerationSeconds: taint key -> seconds a pod stays on a not-ready/unreachable node
+        self.default_tolerations = {"node.kubernetes.io/not-ready": not_ready_toleration_seconds,
+                                    "node.kubernetes.io/unreachable": unreachable_toleration_seconds}
 
     async def admit_create(self, res: Resource, obj: Obj) -> None:
         if res.group == "" and res.plural == "pods":
             self._priority(obj)
             self._service_account_token(obj)
+            self._default_toleration_seconds(obj)
         elif res.group == "" and res.plural in STORAGE_PROTECTION_FINALIZERS:
+            if res.plural == "persistentvolumeclaims":
+                self._default_storage_class(obj)
             self._storage_object_in_use_protection(STORAGE_PROTECTION_FINALIZERS[res.plural], obj)
+
+    def _default_toleration_seconds(self, pod: Obj) -> None:
+        """DefaultTolerationSeconds: a pod with no toleration for the not-ready or unreachable
+        NoExecute taint gets one for 300 s, so it moves off a dead node after five minutes."""
+        spec = pod.setdefault("spec", {})
+        tolerations = spec.get("tolerations") or []
+        added = []
+        for key, seconds in self.default_tolerations.items():
+            if any(t.get("key") in (None, "", key) and t.get("effect") in (None, "", "NoExecute") for t in tolerations):
+                continue
+            added.append({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds})
+        if added:
+            spec["tolerations"] = [*tolerations, *added]
 
     async def validate_create(self, res: Resource, obj: Obj, dry_run: bool) -> None:
         """The validating plugins, on the defaulted and valid object; they may refuse it or charge for it."""
         await self.quota.validate(res, obj, dry_run)
+
+    def _default_storage_class(self, claim: Obj) -> None:
+        """DefaultStorageClass: only a claim with no class at all (a nil storageClassName, no beta
+        annotation) gets the default; "" keeps meaning "no class"."""
+        spec = claim.get("spec")
+        if not isinstance(spec, dict) or names_class(claim):
+            return
+        cache = self.cache.resources.get(f"{self.root}storageclasses/")
+        default = default_storage_class([e.obj for e in cache.entries.values()] if cache else [])
+        if default is not None:
+            spec["storageClassName"] = default["metadata"]["name"]
 
     @staticmethod
     def _storage_object_in_use_protection(finalizer: str, obj: Obj) -> None:

@@ -20,6 +20,7 @@ import orjson
 
 from services.api import definitions
 from services.api.catalog import Resource
+from services.api.storage import is_default_class, object_class
 
 Row = list[Any]
 RowFn = Callable[[dict[str, Any], float], Row]
@@ -612,13 +613,6 @@ def _access_modes(modes: Iterable[str] | None) -> str:
     return ",".join(short for mode, short in _ACCESS_MODES if mode in present)
 
 
-def _storage_class_of(obj: dict[str, Any]) -> str:
-    ann = obj["metadata"].get("annotations") or {}
-    if "volume.beta.kubernetes.io/storage-class" in ann:
-        return ann["volume.beta.kubernetes.io/storage-class"]
-    return (obj.get("spec") or {}).get("storageClassName") or ""
-
-
 def _pv_cells(obj: dict[str, Any], now: float) -> Row:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     claim = spec.get("claimRef")
@@ -627,7 +621,7 @@ def _pv_cells(obj: dict[str, Any], now: float) -> Row:
             _access_modes(spec.get("accessModes")), spec.get("persistentVolumeReclaimPolicy") or "Retain",
             phase,
             f"{claim.get('namespace', '')}/{claim.get('name', '')}" if claim is not None else "",
-            _storage_class_of(obj), spec.get("volumeAttributesClassName") or _UNSET, status.get("reason", ""),
+            object_class(obj), spec.get("volumeAttributesClassName") or _UNSET, status.get("reason", ""),
             _age(obj, now), spec.get("volumeMode") or "Filesystem"]
 
 
@@ -639,7 +633,7 @@ def _pvc_cells(obj: dict[str, Any], now: float) -> Row:
         modes = _access_modes(status.get("accessModes"))
         capacity = _qty((status.get("capacity") or {}).get("storage"))
     return [obj["metadata"].get("name", ""), phase, spec.get("volumeName", ""), capacity, modes,
-            _storage_class_of(obj), spec.get("volumeAttributesClassName") or _UNSET, _age(obj, now),
+            object_class(obj), spec.get("volumeAttributesClassName") or _UNSET, _age(obj, now),
             spec.get("volumeMode") or "Filesystem"]
 
 
@@ -722,10 +716,8 @@ def _netpol_cells(obj: dict[str, Any], now: float) -> Row:
 
 
 def _storage_class_cells(obj: dict[str, Any], now: float) -> Row:
-    ann = obj["metadata"].get("annotations") or {}
     name = obj["metadata"].get("name", "")
-    if (ann.get("storageclass.kubernetes.io/is-default-class") == "true"
-            or ann.get("storageclass.beta.kubernetes.io/is-default-class") == "true"):
+    if is_default_class(obj):
         name += " (default)"
     return [name, obj.get("provisioner", ""), obj.get("reclaimPolicy") or "Delete",
             obj.get("volumeBindingMode") or "Immediate", bool(obj.get("allowVolumeExpansion")),

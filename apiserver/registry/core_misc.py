@@ -218,6 +218,11 @@ class PersistentVolumeClaimStrategy(MetaStrategy):
         if not old_spec.get("volumeName"):
             new_spec.pop("volumeName", None)
             old_spec.pop("volumeName", None)
+        # Retroactive default StorageClass (upstream 1.28+): a claim created with no class at all may be
+        # given one later, once; "" and any class already set stay fixed.
+        if old_spec.get("storageClassName") is None and new_spec.get("storageClassName") and \
+                "volume.beta.kubernetes.io/storage-class" not in (get(old, "metadata", "annotations") or {}):
+            new_spec.pop("storageClassName")
         if new_spec != old_spec:
             causes.append(v.forbidden("spec", "spec is immutable after creation except resources.requests and "
                                               "volumeAttributesClassName for bound claims"))

@@ -6,8 +6,10 @@ worker as upstream's two loops are, so claim and volume syncs never race each ot
 claim of an Immediate class gets the smallest Available volume that fits (the volume is written
 first, then the claim, so a crash in between is finished by the next sync); a WaitForFirstConsumer
 claim is left to the scheduler, which writes the volume side and lets this controller complete the
-claim. Claims of a class with a provisioner are annotated for the external provisioner. Volumes whose
-claim is gone are Released and reclaimed by their policy; pyk8s has no in-tree deleter or recycler.
+claim. A claim created with no class at all gets the default class once one exists (upstream's
+retroactive default StorageClass assignment). Claims of a class with a provisioner are annotated
+for the external provisioner. Volumes whose claim is gone are Released and reclaimed by their
+policy; pyk8s has no in-tree deleter or recycler.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from controller_manager.context import ControllerContext
 from controller_manager.resources import PVCS
 from services.api.quantity import parse_quantity
 from services.api.selectors import LabelSelector
+from services.api.storage import default_storage_class, names_class, object_class
 from services.client import gvr
 from services.runtime.durations import duration_flag
 
@@ -38,7 +41,6 @@ ANN_DYNAMICALLY_PROVISIONED = "pv.kubernetes.io/provisioned-by"
 ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ANN_STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
 ANN_BETA_STORAGE_PROVISIONER = "volume.beta.kubernetes.io/storage-provisioner"
-BETA_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"
 NOT_SUPPORTED_PROVISIONER = "kubernetes.io/no-provisioner"
 
 MSG_NO_CLASS = "no persistent volumes available for this claim and no storage class is set"
@@ -60,22 +62,6 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 # -- matching (upstream's index.go and storage helpers) ------------------------------------------------
-
-
-def claim_class(claim: Obj) -> str:
-    """The class a claim asks for; a claim without storageClassName asks for "" (pyk8s has no
-    DefaultStorageClass admission plugin to fill it in)."""
-    ann = (claim.get("metadata") or {}).get("annotations") or {}
-    if BETA_STORAGE_CLASS in ann:
-        return str(ann[BETA_STORAGE_CLASS])
-    return (claim.get("spec") or {}).get("storageClassName") or ""
-
-
-def volume_class(volume: Obj) -> str:
-    ann = (volume.get("metadata") or {}).get("annotations") or {}
-    if BETA_STORAGE_CLASS in ann:
-        return str(ann[BETA_STORAGE_CLASS])
-    return (volume.get("spec") or {}).get("storageClassName") or ""
 
 
 def storage(resources: dict[str, Any] | None) -> Decimal:
@@ -123,7 +109,7 @@ def _find_matching_volume(claim: Obj, volumes: list[Obj], delay_binding: bool,
     """Upstream's FindMatchingVolume without a node: the volume pre-bound to the claim, else the
     smallest Available one of the claim's class and selector that is big enough."""
     requested = claim_request(claim)
-    wanted_class = claim_class(claim)
+    wanted_class = object_class(claim)
     claim_spec = claim.get("spec") or {}
     smallest: Obj | None = None
     smallest_size = Decimal(0)
@@ -145,7 +131,7 @@ def _find_matching_volume(claim: Obj, volumes: list[Obj], delay_binding: bool,
             continue
         if selector is not None and not selector.matches(volume["metadata"].get("labels") or {}):
             continue
-        if volume_class(volume) != wanted_class:
+        if object_class(volume) != wanted_class:
             continue
         if smallest is None or size < smallest_size:
             smallest, smallest_size = volume, size
@@ -178,7 +164,7 @@ def check_volume_satisfies_claim(volume: Obj, claim: Obj) -> str | None:
         return f'the volume is marked for deletion "{volume["metadata"]["name"]}"'
     if volume_capacity(volume) < claim_request(claim):
         return "requested PV is too small"
-    if volume_class(volume) != claim_class(claim):
+    if object_class(volume) != object_class(claim):
         return "storageClassName does not match"
     if _mode(spec) != _mode(claim_spec):
         return "incompatible volumeMode"
@@ -248,7 +234,7 @@ class PersistentVolumeController(QueueController):
         if not (volume.get("spec") or {}).get("claimRef") and \
                 (volume.get("status") or {}).get("phase") == "Available":
             # A volume became free: the claims it might serve need not wait for the periodic resync.
-            self._enqueue_unbound_claims(volume_class(volume))
+            self._enqueue_unbound_claims(object_class(volume))
 
     def _volume_deleted(self, volume: Obj) -> None:
         self._written_volumes.pop(volume["metadata"]["name"], None)
@@ -258,10 +244,14 @@ class PersistentVolumeController(QueueController):
 
     def _class_changed(self, storage_class: Obj) -> None:
         self._enqueue_unbound_claims(storage_class["metadata"]["name"])
+        if default_storage_class([storage_class]) is not None:
+            for claim in self.claims.list():
+                if not (claim.get("spec") or {}).get("volumeName") and not names_class(claim):
+                    self._claim_changed(claim)
 
     def _enqueue_unbound_claims(self, class_name: str) -> None:
         for claim in self.claims.list():
-            if not (claim.get("spec") or {}).get("volumeName") and claim_class(claim) == class_name:
+            if not (claim.get("spec") or {}).get("volumeName") and object_class(claim) == class_name:
                 self._claim_changed(claim)
 
     # -- the loop ------------------------------------------------------------------------------------
@@ -333,7 +323,7 @@ class PersistentVolumeController(QueueController):
             await self._sync_bound_claim(claim)
 
     def _is_delay_binding(self, claim: Obj) -> bool:
-        name = claim_class(claim)
+        name = object_class(claim)
         sc = self.classes.get(name) if name else None
         return sc is not None and sc.get("volumeBindingMode") == "WaitForFirstConsumer"
 
@@ -346,10 +336,12 @@ class PersistentVolumeController(QueueController):
             if volume is not None:
                 await self._bind(volume, claim)
                 return
+            if await self._assign_default_class(claim):
+                return
             selected = ANN_SELECTED_NODE in (claim["metadata"].get("annotations") or {})
             if delay and not selected:
                 self.recorder.normal(claim, "WaitForFirstConsumer", MSG_WAIT_FIRST_CONSUMER)
-            elif claim_class(claim):
+            elif object_class(claim):
                 claim = await self._provision(claim)
             else:
                 self.recorder.normal(claim, "FailedBinding", MSG_NO_CLASS)
@@ -378,10 +370,24 @@ class PersistentVolumeController(QueueController):
                                    f"{ref.get('namespace')}/{ref.get('name')}")
             await self._update_claim_status(claim, "Pending", None)
 
+    async def _assign_default_class(self, claim: Obj) -> bool:
+        """Give a claim created with no class the default class; its update brings it back here."""
+        if names_class(claim):
+            return False
+        default = default_storage_class(self.classes.list())
+        if default is None:
+            return False
+        body = copy.deepcopy(claim)
+        body.setdefault("spec", {})["storageClassName"] = default["metadata"]["name"]
+        self._remember_claim(await self.client.replace(PVCS, body))
+        self.log.info("assigned the default storage class", claim=f"{claim['metadata'].get('namespace')}/"
+                      f"{claim['metadata']['name']}", storage_class=default["metadata"]["name"])
+        return True
+
     async def _provision(self, claim: Obj) -> Obj:
         """Hand the claim to its class's provisioner: pyk8s runs no in-tree provisioner, so every
         class other than kubernetes.io/no-provisioner is served by an external one."""
-        name = claim_class(claim)
+        name = object_class(claim)
         sc = self.classes.get(name)
         if sc is None:
             self.recorder.warning(claim, "ProvisioningFailed", f'storageclass.storage.k8s.io "{name}" not found')

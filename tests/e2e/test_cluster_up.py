@@ -283,6 +283,45 @@ def test_image_load_imports_into_every_node(cluster: Cluster) -> None:
         assert "loaded image runs" in container_log(pod, "main")
 
 
+def test_claim_without_class_keeps_its_data_until_the_claim_goes(cluster: Cluster) -> None:
+    """The default class `standard` provisions a claim that names none on its pod's node; the data outlives the
+    pod, and deleting the claim deletes the volume and its directory, as kind's local-path does."""
+    standard = cluster.get("storageclass", "standard")
+    assert standard["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] == "true"
+    cluster.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                   "metadata": {"name": "kept", "namespace": "default"},
+                   "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}}})
+    assert cluster.get("pvc", "kept")["spec"]["storageClassName"] == "standard"
+
+    def run(command: str) -> dict[str, Any]:
+        cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "storage-user", "namespace": "default"},
+                       "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                                "containers": [{"name": "main", "image": "busybox", "imagePullPolicy": "IfNotPresent",
+                                                "command": ["sh", "-c", command],
+                                                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "kept"}}]}})
+        pod = cluster.wait_pod("default", "storage-user", ("Succeeded", "Failed"))
+        assert pod["status"]["phase"] == "Succeeded", (pod["status"], container_log(pod, "main"))
+        cluster.kubectl("delete", "pod", "storage-user", "--wait=true")
+        return pod
+
+    first = run("echo written-by-the-first-pod > /data/file")
+    claim = cluster.get("pvc", "kept")
+    assert claim["status"]["phase"] == "Bound", claim["status"]
+    volume = cluster.get("pv", claim["spec"]["volumeName"])
+    directory = Path(volume["spec"]["hostPath"]["path"])
+    assert directory.parent == cluster.state_dir / "storage"
+    assert (directory / "file").read_text() == "written-by-the-first-pod\n"
+    second = run("cat /data/file")
+    assert second["spec"]["nodeName"] == first["spec"]["nodeName"]
+    assert "written-by-the-first-pod" in container_log(second, "main")
+    cluster.kubectl("delete", "pvc", "kept", "--wait=true")
+    name = volume["metadata"]["name"]
+    assert wait_for(lambda: name not in {pv["metadata"]["name"] for pv in cluster.get("pv")["items"]}, POD_TIMEOUT), \
+        cluster.get("pv")
+    assert not directory.exists(), f"{directory} is left behind"
+
+
 def test_down_leaves_nothing_on_the_host() -> None:
     """Its own cluster, so the module's one keeps running for the tests above whatever the order."""
     state_dir = short_state_dir()

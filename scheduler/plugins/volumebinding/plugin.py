@@ -36,6 +36,7 @@ from scheduler.framework.interface import (
 )
 from scheduler.plugins.helper import node_selector_matches
 from services.api.selectors import LabelSelector
+from services.api.storage import object_class
 from services.client import GVR, ApiError
 from services.informers import Informer
 
@@ -51,7 +52,6 @@ UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
 ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ANN_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 ANN_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
-BETA_STORAGE_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
 NOT_SUPPORTED_PROVISIONER = "kubernetes.io/no-provisioner"
 
 PERSISTENT_VOLUMES = GVR("", "v1", "persistentvolumes", namespaced=False)
@@ -60,20 +60,6 @@ STORAGE_CLASSES = GVR("storage.k8s.io", "v1", "storageclasses", namespaced=False
 
 DEFAULT_BIND_TIMEOUT_SECONDS = 600
 POLL_INTERVAL = 0.2
-
-
-def claim_class(pvc: Obj) -> str:
-    ann = (pvc.get("metadata") or {}).get("annotations") or {}
-    if BETA_STORAGE_CLASS_ANNOTATION in ann:
-        return ann[BETA_STORAGE_CLASS_ANNOTATION]
-    return (pvc.get("spec") or {}).get("storageClassName") or ""
-
-
-def volume_class(pv: Obj) -> str:
-    ann = (pv.get("metadata") or {}).get("annotations") or {}
-    if BETA_STORAGE_CLASS_ANNOTATION in ann:
-        return ann[BETA_STORAGE_CLASS_ANNOTATION]
-    return (pv.get("spec") or {}).get("storageClassName") or ""
 
 
 def _storage(resources: Mapping[str, Any] | None) -> int:
@@ -104,7 +90,7 @@ def find_matching_volume(pvc: Obj, pvs: list[Obj], node: Obj, excluded: set[str]
     """The PV pre-bound to the claim, else the smallest available one that fits (upstream's rules)."""
     spec = pvc.get("spec") or {}
     requested = claim_request(pvc)
-    requested_class = claim_class(pvc)
+    requested_class = object_class(pvc)
     selector = None
     if spec.get("selector") is not None:
         selector = LabelSelector.from_dict(spec["selector"])
@@ -134,7 +120,7 @@ def find_matching_volume(pvc: Obj, pvs: list[Obj], node: Obj, excluded: set[str]
             continue
         if selector is not None and not selector.matches(meta.get("labels") or {}):
             continue
-        if volume_class(pv) != requested_class or not affinity_ok:
+        if object_class(pv) != requested_class or not affinity_ok:
             continue
         if not all(m in (pv_spec.get("accessModes") or ()) for m in access_modes):
             continue
@@ -260,7 +246,7 @@ class VolumeBinding(Plugin):
         return claims, None
 
     def _is_delay_binding(self, pvc: Obj) -> bool:
-        name = claim_class(pvc)
+        name = object_class(pvc)
         if not name:
             return False
         sc = self._classes.get(name)
@@ -296,9 +282,9 @@ class VolumeBinding(Plugin):
         if immediate_unbound:
             return None, Status.unresolvable(UNBOUND_IMMEDIATE)
         if s.claims_to_bind:
-            wanted = {claim_class(c) for c in s.claims_to_bind}
+            wanted = {object_class(c) for c in s.claims_to_bind}
             for pv in self.pv_cache.list():
-                cls = volume_class(pv)
+                cls = object_class(pv)
                 if cls in wanted:
                     s.pvs_by_class.setdefault(cls, []).append(pv)
         state.write(STATE_KEY, s)
@@ -352,14 +338,14 @@ class VolumeBinding(Plugin):
                 to_match.append(pvc)
         chosen: set[str] = set()
         for pvc in sorted(to_match, key=claim_request):
-            pv = find_matching_volume(pvc, s.pvs_by_class.get(claim_class(pvc), []), node, chosen)
+            pv = find_matching_volume(pvc, s.pvs_by_class.get(object_class(pvc), []), node, chosen)
             if pv is None:
                 to_provision.append(pvc)
                 continue
             chosen.add(pv["metadata"]["name"])
             volumes.static_bindings.append((pv, pvc))
         for pvc in to_provision:
-            sc = self._classes.get(claim_class(pvc))
+            sc = self._classes.get(object_class(pvc))
             if sc is None:
                 return False, True
             provisioner = sc.get("provisioner") or ""

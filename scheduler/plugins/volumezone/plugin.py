@@ -23,6 +23,7 @@ from scheduler.framework.interface import (
     PreFilterResult,
     Status,
 )
+from services.api.storage import object_class
 from services.client import GVR
 
 NAME = "VolumeZone"
@@ -37,19 +38,10 @@ GA_REGION = "topology.kubernetes.io/region"
 TOPOLOGY_LABELS = (BETA_ZONE, BETA_REGION, GA_ZONE, GA_REGION)
 _TO_GA = {BETA_ZONE: GA_ZONE, BETA_REGION: GA_REGION}
 
-BETA_STORAGE_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
 
 PERSISTENT_VOLUMES = GVR("", "v1", "persistentvolumes", namespaced=False)
 PERSISTENT_VOLUME_CLAIMS = GVR("", "v1", "persistentvolumeclaims")
 STORAGE_CLASSES = GVR("storage.k8s.io", "v1", "storageclasses", namespaced=False)
-
-
-def claim_class(pvc: Obj) -> str:
-    """The claim's storage class: the beta annotation wins over spec.storageClassName."""
-    ann = (pvc.get("metadata") or {}).get("annotations") or {}
-    if BETA_STORAGE_CLASS_ANNOTATION in ann:
-        return ann[BETA_STORAGE_CLASS_ANNOTATION]
-    return (pvc.get("spec") or {}).get("storageClassName") or ""
 
 
 def pod_claim_names(pod: Obj) -> list[str]:
@@ -106,7 +98,7 @@ class VolumeZone(Plugin):
                 return [], Status.unresolvable(f'persistentvolumeclaim "{claim_name}" not found')
             pv_name = (pvc.get("spec") or {}).get("volumeName") or ""
             if not pv_name:
-                class_name = claim_class(pvc)
+                class_name = object_class(pvc)
                 if not class_name:
                     return [], Status.unresolvable("PersistentVolumeClaim had no pv name and storageClass name")
                 sc = self._classes.get(class_name)

@@ -7,10 +7,10 @@ from typing import Any
 
 from controller_manager.controllers.persistentvolume import (
     check_volume_satisfies_claim,
-    claim_class,
     find_best_match,
 )
 from controller_manager.controllers.pvcprotection import pod_uses_claim
+from services.api.storage import object_class
 
 RWO, ROX, RWX = "ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany"
 
@@ -70,7 +70,7 @@ def test_storage_class_must_be_equal_and_nil_means_empty() -> None:
     assert find_best_match(pvc(sc="silver"), volumes) is None
     beta = pvc()
     beta["metadata"]["annotations"] = {"volume.beta.kubernetes.io/storage-class": "gold"}
-    assert claim_class(beta) == "gold"
+    assert object_class(beta) == "gold"
     assert name_of(find_best_match(beta, volumes)) == "gold"
 
 
