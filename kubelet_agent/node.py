@@ -231,10 +231,22 @@ class NodeAgent:
         self._last_conditions = [(c["type"], c["status"]) for c in (node.get("status") or {}).get("conditions") or []]
 
     async def update_status(self, force: bool = False) -> None:
-        """Post status when conditions changed or the report interval passed (upstream's tryUpdateNodeStatus)."""
+        """Post status when conditions changed or the report interval passed (upstream's tryUpdateNodeStatus).
+
+        The node is read first, from the apiserver's cache as upstream does, so a condition someone else
+        changed (the node lifecycle controller's Unknown after missed heartbeats) is put right at once.
+        """
+        try:
+            self.node = await self.client.get(NODES, self.config.name, resource_version="0")
+        except NotFound:
+            log.warning("node object deleted; registering again", node=self.config.name)
+            await self.register()
+            return
         old = (self.node or {}).get("status") or {}
         status = self._status(old)
-        changed = [(c["type"], c["status"]) for c in status["conditions"]] != self._last_conditions
+        wanted = [(c["type"], c["status"]) for c in status["conditions"]]
+        changed = wanted != self._last_conditions
+        changed |= wanted != [(c.get("type"), c.get("status")) for c in old.get("conditions") or []]
         changed |= status["capacity"] != old.get("capacity") or status["addresses"] != old.get("addresses")
         if not force and not changed and time.monotonic() - self._last_report < self.config.status_report:
             return

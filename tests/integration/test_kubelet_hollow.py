@@ -64,6 +64,21 @@ async def test_node_registers_with_lease(hollow_kubelet: Any, client: Client) ->
     await client.get(NODES, "hollow-it-1")
 
 
+async def test_a_condition_changed_by_someone_else_is_put_right(hollow_kubelet: Any, client: Client) -> None:
+    """As after the node lifecycle controller marked a node Unknown: the kubelet reads its Node before each
+    status update (every 10 s) and posts Ready again, without waiting for the 5-minute report."""
+    await eventually(lambda: client.get(NODES, "hollow-it-1"))
+    unknown = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+               "message": "Kubelet stopped posting node status."}
+    await client.patch_status(NODES, "hollow-it-1", {"status": {"conditions": [unknown]}}, patch_type="strategic")
+
+    async def ready_again() -> bool:
+        conditions = (await client.get(NODES, "hollow-it-1"))["status"]["conditions"]
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    await eventually(ready_again, limit=25)
+
+
 async def test_pod_runs_with_upstream_status(hollow_kubelet: Any, client: Client, unique_ns: str) -> None:
     body = pod("web", [{"name": "a", "image": "nginx:1.25"}, {"name": "b", "image": "busybox"}],
                initContainers=[{"name": "init", "image": "busybox"}])
