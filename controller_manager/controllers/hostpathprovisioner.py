@@ -6,9 +6,10 @@ Not an upstream controller: upstream's dynamic provisioners run outside kube-con
 PersistentVolume controller annotated with `volume.kubernetes.io/storage-provisioner: pyk8s.io/hostpath`
 once the scheduler chose their node (`volume.kubernetes.io/selected-node`, so its classes must be
 WaitForFirstConsumer), creating a volume pre-bound to the claim that the PersistentVolume controller
-then binds. The kubelet creates the directory (DirectoryOrCreate), so provisioning touches no node.
-A Released volume of policy Delete is removed the way local-path does: a short-lived helper pod on
-its node deletes the directory, then the volume object goes. It is off unless --controllers names it.
+then binds. Directories are made and removed the way local-path does it, by short-lived helper pods
+on the volume's node: one creates the directory world-writable (0777, so containers running as any
+user can write) before the volume exists; once a Delete volume is Released, another removes the
+directory, then the volume object goes. It is off unless --controllers names it.
 """
 
 from __future__ import annotations
@@ -117,18 +118,21 @@ def volume_node(volume: Obj) -> str | None:
     return None
 
 
-def helper_pod_name(volume: Obj) -> str:
-    return f"helper-pod-delete-{volume['metadata']['name']}"
+def helper_pod_name(volume: Obj, action: str) -> str:
+    return f"helper-pod-{action}-{volume['metadata']['name']}"
 
 
-def build_helper_pod(volume: Obj, node: str) -> Obj:
-    """The pod that deletes a volume's directory on its node: the directory's parent is mounted and
-    only the directory named after the volume is removed."""
+def build_helper_pod(volume: Obj, node: str, action: str) -> Obj:
+    """The pod that creates (`create`) or deletes (`delete`) a volume's directory on its node: the
+    directory's parent is mounted and only the directory named after the volume is touched."""
     path = ((volume.get("spec") or {}).get("hostPath") or {})["path"]
     parent, leaf = posixpath.split(path.rstrip("/"))
+    target = posixpath.join(HELPER_MOUNT, leaf)
+    command = ["sh", "-c", f"mkdir -p {target} && chmod 0777 {target}"] if action == "create" \
+        else ["rm", "-rf", target]
     return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": helper_pod_name(volume), "namespace": HELPER_NAMESPACE,
+        "metadata": {"name": helper_pod_name(volume, action), "namespace": HELPER_NAMESPACE,
                      "labels": {"app.kubernetes.io/managed-by": NAME},
                      "annotations": {HOLLOW_EXIT_ANNOTATION: "exit=0"}},
         "spec": {
@@ -137,7 +141,7 @@ def build_helper_pod(volume: Obj, node: str) -> Obj:
             "automountServiceAccountToken": False,
             "tolerations": [{"operator": "Exists"}],
             "containers": [{"name": HELPER_CONTAINER, "image": HELPER_IMAGE, "imagePullPolicy": "IfNotPresent",
-                            "command": ["rm", "-rf", posixpath.join(HELPER_MOUNT, leaf)],
+                            "command": command,
                             "volumeMounts": [{"name": "data", "mountPath": HELPER_MOUNT}]}],
             "volumes": [{"name": "data", "hostPath": {"path": parent or "/", "type": "DirectoryOrCreate"}}],
         },
@@ -213,6 +217,11 @@ class HostPathProvisioner(QueueController):
             raise
         hostname = (node["metadata"].get("labels") or {}).get(HOSTNAME_LABEL) or node_name
         volume = build_volume(claim, storage_class, hostname)
+        if not await self._run_helper(volume, node_name, "create"):
+            self.recorder.warning(claim, "ProvisioningFailed", f'failed to provision volume with StorageClass '
+                                                               f'"{class_name}": helper pod failed to create the '
+                                                               f'directory on node {node_name}')
+            raise RuntimeError(f"helper pod for claim {meta.get('namespace', '')}/{meta['name']} failed")
         try:
             await self.client.create(PVS, volume)
         except AlreadyExists:
@@ -222,6 +231,22 @@ class HostPathProvisioner(QueueController):
         self.recorder.normal(claim, "ProvisioningSucceeded", f"Successfully provisioned volume "
                                                              f"{volume['metadata']['name']}")
 
+    async def _run_helper(self, volume: Obj, node: str, action: str) -> bool:
+        """Whether the helper pod for `action` succeeded; it is started, then polled by requeueing the key
+        (RequeueAfter) until it finishes, and removed once it has."""
+        pod_name = helper_pod_name(volume, action)
+        try:
+            pod = await self.client.get(PODS, pod_name, HELPER_NAMESPACE)
+        except NotFound:
+            await self.client.create(PODS, build_helper_pod(volume, node, action), HELPER_NAMESPACE)
+            self.log.info("started helper pod", action=action, volume=volume["metadata"]["name"], node=node)
+            raise RequeueAfter(HELPER_POLL_SECONDS) from None
+        phase = (pod.get("status") or {}).get("phase")
+        if phase not in ("Succeeded", "Failed"):
+            raise RequeueAfter(HELPER_POLL_SECONDS)
+        await self.client.delete(PODS, pod_name, HELPER_NAMESPACE, grace_period_seconds=0)
+        return phase == "Succeeded"
+
     async def delete(self, volume: Obj) -> None:
         """Run the helper pod to completion, then delete the volume; requeued while the pod runs."""
         name = volume["metadata"]["name"]
@@ -229,18 +254,8 @@ class HostPathProvisioner(QueueController):
         if node is None:
             self.recorder.warning(volume, "VolumeFailedDelete", "the volume has no node affinity to its node")
             return
-        pod_name = helper_pod_name(volume)
-        try:
-            pod = await self.client.get(PODS, pod_name, HELPER_NAMESPACE)
-        except NotFound:
-            await self.client.create(PODS, build_helper_pod(volume, node), HELPER_NAMESPACE)
-            self.log.info("started helper pod to delete the volume's directory", volume=name, node=node)
-            raise RequeueAfter(HELPER_POLL_SECONDS) from None
-        phase = (pod.get("status") or {}).get("phase")
-        if phase not in ("Succeeded", "Failed"):
-            raise RequeueAfter(HELPER_POLL_SECONDS)
-        await self.client.delete(PODS, pod_name, HELPER_NAMESPACE, grace_period_seconds=0)
-        if phase == "Failed":
+        pod_name = helper_pod_name(volume, "delete")
+        if not await self._run_helper(volume, node, "delete"):
             self.recorder.warning(volume, "VolumeFailedDelete",
                                   f"helper pod {HELPER_NAMESPACE}/{pod_name} failed to delete the directory on "
                                   f"node {node}")

@@ -293,9 +293,9 @@ def test_claim_without_class_keeps_its_data_until_the_claim_goes(cluster: Cluste
                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}}})
     assert cluster.get("pvc", "kept")["spec"]["storageClassName"] == "standard"
 
-    def run(command: str) -> dict[str, Any]:
+    def run(command: str, **spec: Any) -> dict[str, Any]:
         cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "storage-user", "namespace": "default"},
-                       "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                       "spec": {**spec, "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
                                 "containers": [{"name": "main", "image": "busybox", "imagePullPolicy": "IfNotPresent",
                                                 "command": ["sh", "-c", command],
                                                 "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
@@ -305,13 +305,15 @@ def test_claim_without_class_keeps_its_data_until_the_claim_goes(cluster: Cluste
         cluster.kubectl("delete", "pod", "storage-user", "--wait=true")
         return pod
 
-    first = run("echo written-by-the-first-pod > /data/file")
+    # A container that is not root can write: the directory is made world-writable, as local-path does.
+    first = run("echo written-by-the-first-pod > /data/file", securityContext={"runAsUser": 1000})
     claim = cluster.get("pvc", "kept")
     assert claim["status"]["phase"] == "Bound", claim["status"]
     volume = cluster.get("pv", claim["spec"]["volumeName"])
     directory = Path(volume["spec"]["hostPath"]["path"])
     assert directory.parent == cluster.state_dir / "storage"
     assert (directory / "file").read_text() == "written-by-the-first-pod\n"
+    assert directory.stat().st_mode & 0o777 == 0o777
     second = run("cat /data/file")
     assert second["spec"]["nodeName"] == first["spec"]["nodeName"]
     assert "written-by-the-first-pod" in container_log(second, "main")

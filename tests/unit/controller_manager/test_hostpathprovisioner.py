@@ -75,17 +75,22 @@ def released(pv: dict[str, Any], **status: Any) -> dict[str, Any]:
     return {**pv, "status": {"phase": "Released", **status}}
 
 
-def test_helper_pod_removes_only_the_volume_directory() -> None:
+def test_helper_pods_create_and_remove_only_the_volume_directory() -> None:
     pv = build_volume(claim(), storage_class(parameters={"path": "/data/st"}), "host-1")
-    pod = build_helper_pod(pv, "node-1")
-    assert pod["metadata"]["name"] == "helper-pod-delete-pvc-1234-abcd"
-    spec = pod["spec"]
-    assert spec["nodeName"] == "node-1" and spec["restartPolicy"] == "Never"
-    (container,) = spec["containers"]
-    assert container["image"] == "busybox" and container["imagePullPolicy"] == "IfNotPresent"
-    mount = container["volumeMounts"][0]["mountPath"]
-    assert container["command"] == ["rm", "-rf", f"{mount}/pvc-1234-abcd"]
-    assert spec["volumes"][0]["hostPath"]["path"] == "/data/st"
+    for action in ("create", "delete"):
+        pod = build_helper_pod(pv, "node-1", action)
+        assert pod["metadata"]["name"] == f"helper-pod-{action}-pvc-1234-abcd"
+        spec = pod["spec"]
+        assert spec["nodeName"] == "node-1" and spec["restartPolicy"] == "Never"
+        (container,) = spec["containers"]
+        assert container["image"] == "busybox" and container["imagePullPolicy"] == "IfNotPresent"
+        mount = container["volumeMounts"][0]["mountPath"]
+        assert spec["volumes"][0]["hostPath"]["path"] == "/data/st"
+        if action == "delete":
+            assert container["command"] == ["rm", "-rf", f"{mount}/pvc-1234-abcd"]
+        else:  # world-writable, as local-path makes it, so a non-root container can write
+            assert container["command"] == ["sh", "-c", f"mkdir -p {mount}/pvc-1234-abcd && "
+                                                        f"chmod 0777 {mount}/pvc-1234-abcd"]
 
 
 def test_which_volumes_it_deletes() -> None:
