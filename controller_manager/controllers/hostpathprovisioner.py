@@ -19,22 +19,22 @@ from typing import Any
 
 from controller_manager.base import QueueController, RequeueAfter
 from controller_manager.context import ControllerContext
-from controller_manager.resources import NODES, PODS, PVCS
-from services.api.storage import object_class
-from services.client import AlreadyExists, NotFound, gvr
+from controller_manager.resources import NODES, PODS, PVCS, PVS, STORAGE_CLASSES
+from services.api.storage import (
+    ANN_BETA_STORAGE_PROVISIONER,
+    ANN_PROVISIONED_BY,
+    ANN_SELECTED_NODE,
+    ANN_STORAGE_PROVISIONER,
+    object_class,
+)
+from services.client import AlreadyExists, NotFound
 
 NAME = "pyk8s-hostpath-provisioner"
 DISABLED_BY_DEFAULT = True
 PROVISIONER = "pyk8s.io/hostpath"
 DEFAULT_BASE_PATH = "/var/lib/pyk8s-storage"
 
-PVS = gvr("v1", "persistentvolumes", namespaced=False)
-STORAGE_CLASSES = gvr("storage.k8s.io/v1", "storageclasses", namespaced=False)
 
-ANN_STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
-ANN_BETA_STORAGE_PROVISIONER = "volume.beta.kubernetes.io/storage-provisioner"
-ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
-ANN_PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 HELPER_NAMESPACE = "kube-system"

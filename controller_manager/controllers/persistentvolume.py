@@ -22,25 +22,26 @@ from typing import Any
 
 from controller_manager.base import QueueController
 from controller_manager.context import ControllerContext
-from controller_manager.resources import PVCS
+from controller_manager.resources import PVCS, PVS, STORAGE_CLASSES
 from services.api.quantity import parse_quantity
 from services.api.selectors import LabelSelector
-from services.api.storage import default_storage_class, names_class, object_class
-from services.client import gvr
+from services.api.storage import (
+    ANN_BETA_STORAGE_PROVISIONER,
+    ANN_PROVISIONED_BY,
+    ANN_SELECTED_NODE,
+    ANN_STORAGE_PROVISIONER,
+    default_storage_class,
+    names_class,
+    object_class,
+)
 from services.runtime.durations import duration_flag
 
 NAME = "persistentvolume-binder"
 COMPONENT = "persistentvolume-controller"
 
-PVS = gvr("v1", "persistentvolumes", namespaced=False)
-STORAGE_CLASSES = gvr("storage.k8s.io/v1", "storageclasses", namespaced=False)
 
 ANN_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 ANN_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
-ANN_DYNAMICALLY_PROVISIONED = "pv.kubernetes.io/provisioned-by"
-ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
-ANN_STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
-ANN_BETA_STORAGE_PROVISIONER = "volume.beta.kubernetes.io/storage-provisioner"
 NOT_SUPPORTED_PROVISIONER = "kubernetes.io/no-provisioner"
 
 MSG_NO_CLASS = "no persistent volumes available for this claim and no storage class is set"
@@ -535,7 +536,7 @@ class PersistentVolumeController(QueueController):
             await self._update_volume_phase(volume, "Bound", "")
             return
         # The claim got bound to another volume.
-        if ANN_DYNAMICALLY_PROVISIONED in ann and spec.get("persistentVolumeReclaimPolicy") == "Delete":
+        if ANN_PROVISIONED_BY in ann and spec.get("persistentVolumeReclaimPolicy") == "Delete":
             if (volume.get("status") or {}).get("phase") not in ("Released", "Failed"):
                 volume = await self._update_volume_phase(volume, "Released", "")
             await self._reclaim(volume)
@@ -566,7 +567,7 @@ class PersistentVolumeController(QueueController):
                                                        "No recycler plugin found for the volume!")
             return
         if policy == "Delete":
-            provisioner = (volume["metadata"].get("annotations") or {}).get(ANN_DYNAMICALLY_PROVISIONED) or ""
+            provisioner = (volume["metadata"].get("annotations") or {}).get(ANN_PROVISIONED_BY) or ""
             if provisioner and not provisioner.startswith("kubernetes.io/"):
                 return  # its external provisioner deletes it
             await self._update_volume_phase_with_event(

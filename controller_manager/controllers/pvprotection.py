@@ -11,12 +11,11 @@ from typing import Any
 from controller_manager.base import QueueController
 from controller_manager.context import ControllerContext
 from controller_manager.controllers.pvcprotection import is_deletion_candidate, needs_finalizer
-from services.client import gvr
+from controller_manager.resources import PVS
 
 NAME = "pv-protection"
 FINALIZER = "kubernetes.io/pv-protection"
 
-PVS = gvr("v1", "persistentvolumes", namespaced=False)
 
 Obj = dict[str, Any]
 

@@ -9,6 +9,11 @@ Obj = dict[str, Any]
 
 #: the pre-1.6 way of naming a class, still honoured ahead of spec.storageClassName
 BETA_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"
+#: the annotations a claim and its volume carry through binding and dynamic provisioning
+ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
+ANN_STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
+ANN_BETA_STORAGE_PROVISIONER = "volume.beta.kubernetes.io/storage-provisioner"
+ANN_PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
 DEFAULT_CLASS_ANNOTATIONS = ("storageclass.kubernetes.io/is-default-class",
                              "storageclass.beta.kubernetes.io/is-default-class")
 

@@ -36,7 +36,7 @@ from scheduler.framework.interface import (
 )
 from scheduler.plugins.helper import node_selector_matches
 from services.api.selectors import LabelSelector
-from services.api.storage import object_class
+from services.api.storage import ANN_SELECTED_NODE, object_class
 from services.client import GVR, ApiError
 from services.informers import Informer
 
@@ -49,7 +49,6 @@ ERR_REASON_NOT_ENOUGH_SPACE = "node(s) did not have enough free storage"
 ERR_REASON_PV_NOT_EXIST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
 UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
 
-ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ANN_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 ANN_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
 NOT_SUPPORTED_PROVISIONER = "kubernetes.io/no-provisioner"
