@@ -13,6 +13,7 @@ from pathlib import Path
 import structlog
 import uvicorn
 
+from apiserver.auth.authn import load_token_file
 from apiserver.auth.authz import MODES as AUTHORIZATION_MODES
 from apiserver.endpoints.app import APIApp
 from apiserver.endpoints.proxy import KubeletClientConfig
@@ -60,6 +61,16 @@ def authorization_modes(text: str) -> list[str]:
     return modes
 
 
+def token_file(path: str) -> str:
+    """--token-auth-file, read once here so a missing or malformed file is a usage error, not a traceback."""
+    if path:
+        try:
+            load_token_file(path)
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return path
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="apiserver", description="pyk8s API server")
     p.add_argument("--etcd-servers", default="http://127.0.0.1:2379", help="comma-separated etcd client URLs")
@@ -76,7 +87,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--tls-private-key-file", default="")
     p.add_argument("--cert-dir", default="/var/run/pyk8s", help="where a self-signed cert is kept when none is given")
     p.add_argument("--client-ca-file", default="")
-    p.add_argument("--token-auth-file", default="", help="static bearer tokens: CSV token,user,uid,\"group1,group2\"")
+    p.add_argument("--token-auth-file", type=token_file, default="",
+                   help="static bearer tokens: CSV token,user,uid,\"group1,group2\"")
     p.add_argument("--anonymous-auth", type=go_bool, nargs="?", const=True, default=True,
                    help="serve requests without credentials as system:anonymous (default true)")
     p.add_argument("--authorization-mode", type=authorization_modes, default=["AlwaysAllow"],

@@ -242,3 +242,16 @@ def test_escalation_refusal_rules(rbac: RBACAuthorizer) -> None:
             "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "ghost"}}, None)
     assert (missing.value.code, missing.value.message) == (
         404, 'clusterrole.rbac.authorization.k8s.io "ghost" not found')
+
+
+def test_a_missing_or_malformed_token_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from apiserver.__main__ import parse_args
+
+    short = tmp_path / "short.csv"
+    short.write_text("only-a-token\n")
+    for path, says in ((tmp_path / "missing.csv", "No such file"), (short, "at least 3 required")):
+        with pytest.raises(SystemExit) as exited:
+            parse_args(["--token-auth-file", str(path)])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert "--token-auth-file" in err and says in err
