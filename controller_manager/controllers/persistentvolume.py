@@ -231,11 +231,17 @@ class PersistentVolumeController(QueueController):
                 self.queue.add(VOLUME_PREFIX + pv["metadata"]["name"])
 
     def _volume_changed(self, volume: Obj) -> None:
-        self.queue.add(VOLUME_PREFIX + volume["metadata"]["name"])
-        if not (volume.get("spec") or {}).get("claimRef") and \
-                (volume.get("status") or {}).get("phase") == "Available":
-            # A volume became free: the claims it might serve need not wait for the periodic resync.
-            self._enqueue_unbound_claims(object_class(volume))
+        name = volume["metadata"]["name"]
+        self.queue.add(VOLUME_PREFIX + name)
+        if (volume.get("spec") or {}).get("claimRef"):
+            return
+        # A volume appeared or became free: the claims it might serve need not wait for the periodic resync,
+        # neither those that name it (possibly seen before the volume was) nor those that match it.
+        free = (volume.get("status") or {}).get("phase") == "Available"
+        for claim in self.claims.list():
+            wanted = (claim.get("spec") or {}).get("volumeName")
+            if wanted == name or (free and not wanted and object_class(claim) == object_class(volume)):
+                self._claim_changed(claim)
 
     def _volume_deleted(self, volume: Obj) -> None:
         self._written_volumes.pop(volume["metadata"]["name"], None)

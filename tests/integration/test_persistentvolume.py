@@ -301,6 +301,18 @@ async def test_pre_bound_volume_and_claim(client: Client, unique_ns: str, volume
     assert (await client.get(PVS, f"tiny-{t}"))["status"]["phase"] == "Available"
 
 
+async def test_claim_naming_a_volume_binds_when_the_volume_comes(
+        client: Client, unique_ns: str, volumes: list[str]) -> None:
+    # The claim is seen first and waits; the volume's arrival, not the periodic resync, brings it back.
+    t = tag()
+    await make_pvc(client, unique_ns, "early", "1Gi", volumeName=f"late-{t}")
+
+    await asyncio.sleep(1)  # the claim is born Pending, so nothing shows the controller has seen it: give it time
+    await make_pv(client, volumes, f"late-{t}", "1Gi")
+    pvc = await wait_bound(client, unique_ns, "early")
+    assert pvc["spec"]["volumeName"] == f"late-{t}"
+
+
 async def test_claim_of_a_class_with_an_external_provisioner_waits_for_it(
         client: Client, unique_ns: str) -> None:
     sc = f"csi-{tag()}"
