@@ -17,13 +17,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
-import aetcd
-import grpc
 import structlog
-from aetcd import exceptions as etcd_errors
 from aetcd import rpc
 from prometheus_client import Histogram
 
+from apiserver.storage.grpc_wire import Connection, GrpcError, StatusCode
 from apiserver.storage.lease import DEFAULT_MAX_OBJECTS, DEFAULT_REUSE_SECONDS, LeaseManager
 
 log = structlog.get_logger("apiserver.storage")
@@ -37,17 +35,18 @@ ETCD_LATENCY = Histogram(
 
 T = TypeVar("T")
 
-_RETRIABLE = (etcd_errors.ConnectionFailedError, etcd_errors.ConnectionTimeoutError, rpc.AioRpcError)
+#: statuses after which the call is tried again, on the next endpoint
+_RETRIABLE = frozenset({StatusCode.UNAVAILABLE, StatusCode.DEADLINE_EXCEEDED, StatusCode.UNKNOWN,
+                        StatusCode.CANCELLED})
 _CALL_TIMEOUT = 5.0
 _CLOSE_GRACE = 10.0
-# Large lists come back in one response; gRPC's 4 MiB default would refuse them.
-_CHANNEL_OPTIONS = {
-    "grpc.max_receive_message_length": 1024 * 1024 * 1024,
-    "grpc.max_send_message_length": 64 * 1024 * 1024,
-    "grpc.keepalive_time_ms": 10000,
-    "grpc.keepalive_timeout_ms": 5000,
-    "grpc.keepalive_permit_without_calls": 1,
-}
+
+_RANGE = "/etcdserverpb.KV/Range"
+_PUT = "/etcdserverpb.KV/Put"
+_TXN = "/etcdserverpb.KV/Txn"
+_COMPACT = "/etcdserverpb.KV/Compact"
+_LEASE_GRANT = "/etcdserverpb.Lease/LeaseGrant"
+_WATCH = "/etcdserverpb.Watch/Watch"
 
 
 class KeyExists(Exception):
@@ -150,7 +149,7 @@ class EtcdStore:
             raise ValueError("at least one etcd endpoint is required")
         self._endpoints = [self._host_port(e) for e in endpoints]
         self._index = 0
-        self._client: aetcd.Client | None = None
+        self._client: Connection | None = None
         self._lock = asyncio.Lock()
         self._generation = 0
         self.leases = LeaseManager(self._grant_lease, reuse_seconds=lease_reuse_seconds,
@@ -166,15 +165,14 @@ class EtcdStore:
         host, port = self._endpoints[self._index]
         return f"{host}:{port}"
 
-    async def _connect(self) -> aetcd.Client:
-        if self._client is not None:
-            return self._client
+    async def _connect(self) -> Connection:
+        client = self._client
+        if client is not None and client.usable:
+            return client
         async with self._lock:
-            if self._client is None:
+            if self._client is None or not self._client.usable:
                 host, port = self._endpoints[self._index]
-                client = aetcd.Client(host=host, port=port, timeout=_CALL_TIMEOUT, options=_CHANNEL_OPTIONS)
-                await client.connect()
-                self._client = client
+                self._client = await Connection.open(host, port, _CALL_TIMEOUT)
             return self._client
 
     async def _failover(self, generation: int) -> None:
@@ -189,23 +187,14 @@ class EtcdStore:
         if old is not None:
             # Calls still in flight on the old channel fail over by themselves; closing it at once
             # would cancel them instead, so close it once they have had time to finish.
-            asyncio.get_running_loop().call_later(
-                _CLOSE_GRACE, lambda: asyncio.ensure_future(self._close_quietly(old))
-            )
+            asyncio.get_running_loop().call_later(_CLOSE_GRACE, old.close)
 
-    @staticmethod
-    async def _close_quietly(client: aetcd.Client) -> None:
-        try:
-            await asyncio.wait_for(client.close(), 1.0)
-        except Exception:  # noqa: BLE001 - the old channel is dead either way
-            pass
-
-    async def _call(self, op: str, fn: Callable[[aetcd.Client], Awaitable[T]], deadline: float = 30.0) -> T:
+    async def _call(self, op: str, fn: Callable[[Connection], Awaitable[T]], deadline: float = 30.0) -> T:
         result, _ = await self._call_counted(op, fn, deadline)
         return result
 
     async def _call_counted(
-        self, op: str, fn: Callable[[aetcd.Client], Awaitable[T]], deadline: float = 30.0
+        self, op: str, fn: Callable[[Connection], Awaitable[T]], deadline: float = 30.0
     ) -> tuple[T, int]:
         """Run `fn` against etcd, failing over between endpoints until `deadline` seconds pass.
 
@@ -222,17 +211,8 @@ class EtcdStore:
                 result = await fn(client)
                 ETCD_LATENCY.labels(op, "").observe(time.monotonic() - start)
                 return result, attempt
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise
-                # grpc cancels calls on a channel that was closed under them: treat as a broken connection.
-                exc_text = "call cancelled by a closed channel"
-            except _RETRIABLE as exc:
-                if isinstance(exc, rpc.AioRpcError) and exc.code() not in (
-                    rpc.StatusCode.UNAVAILABLE, rpc.StatusCode.DEADLINE_EXCEEDED, rpc.StatusCode.UNKNOWN,
-                    rpc.StatusCode.CANCELLED,
-                ):
+            except GrpcError as exc:
+                if exc.code not in _RETRIABLE:
                     raise
                 exc_text = str(exc)
             except OSError as exc:
@@ -244,12 +224,7 @@ class EtcdStore:
 
     # -- reads -----------------------------------------------------------------
     async def get(self, key: str, revision: int = 0) -> KV | None:
-        async def run(c: aetcd.Client) -> Any:
-            return await c.kvstub.Range(
-                rpc.RangeRequest(key=key.encode(), revision=revision), timeout=_CALL_TIMEOUT
-            )
-
-        resp = await self._read("get", run)
+        resp = await self._read("get", rpc.RangeRequest(key=key.encode(), revision=revision))
         return _kv(resp.kvs[0]) if resp.kvs else None
 
     async def list(
@@ -259,13 +234,8 @@ class EtcdStore:
         begin = (start or prefix).encode()
         end = _range_end(prefix.encode())
 
-        async def run(c: aetcd.Client) -> Any:
-            return await c.kvstub.Range(
-                rpc.RangeRequest(key=begin, range_end=end, revision=revision, limit=limit),
-                timeout=_CALL_TIMEOUT * 4,
-            )
-
-        resp = await self._read("list", run)
+        resp = await self._read("list", rpc.RangeRequest(key=begin, range_end=end, revision=revision, limit=limit),
+                                _CALL_TIMEOUT * 4)
         return [_kv(kv) for kv in resp.kvs], resp.header.revision, bool(resp.more)
 
     async def count(self, prefix: str, start: str | None = None, revision: int = 0) -> tuple[int, int]:
@@ -273,29 +243,24 @@ class EtcdStore:
         end = _range_end(prefix.encode())
         begin = (start or prefix).encode()
 
-        async def run(c: aetcd.Client) -> Any:
-            return await c.kvstub.Range(
-                rpc.RangeRequest(key=begin, range_end=end, count_only=True, revision=revision),
-                timeout=_CALL_TIMEOUT,
-            )
-
-        resp = await self._read("count", run)
+        resp = await self._read("count", rpc.RangeRequest(key=begin, range_end=end, count_only=True,
+                                                          revision=revision))
         return resp.count, resp.header.revision
 
     async def current_revision(self) -> int:
-        async def run(c: aetcd.Client) -> Any:
-            return await c.kvstub.Range(
-                rpc.RangeRequest(key=b"\0", range_end=b"\0", count_only=True, limit=1), timeout=_CALL_TIMEOUT
-            )
-
-        resp = await self._read("revision", run)
+        resp = await self._read("revision", rpc.RangeRequest(key=b"\0", range_end=b"\0", count_only=True, limit=1))
         return int(resp.header.revision)
 
-    async def _read(self, op: str, run: Callable[[aetcd.Client], Awaitable[Any]]) -> Any:
+    async def _read(self, op: str, request: Any, deadline: float = _CALL_TIMEOUT) -> Any:
+        raw = request.SerializeToString()
+
+        async def run(c: Connection) -> bytes:
+            return await c.unary(_RANGE, raw, deadline)
+
         try:
-            return await self._call(op, run)
-        except rpc.AioRpcError as exc:
-            if exc.code() == rpc.StatusCode.OUT_OF_RANGE or "compacted" in (exc.details() or ""):
+            return rpc.RangeResponse.FromString(await self._call(op, run))
+        except GrpcError as exc:
+            if exc.code == StatusCode.OUT_OF_RANGE or "compacted" in exc.details:
                 raise Compacted(0) from exc
             raise
 
@@ -372,11 +337,12 @@ class EtcdStore:
 
     async def put_raw(self, key: str, value: bytes) -> int:
         """Unconditional put, for bookkeeping keys only (never API objects)."""
-        async def run(c: aetcd.Client) -> Any:
-            return await c.kvstub.Put(rpc.PutRequest(key=key.encode(), value=value), timeout=_CALL_TIMEOUT)
+        raw = rpc.PutRequest(key=key.encode(), value=value).SerializeToString()
 
-        resp = await self._call("put", run)
-        return int(resp.header.revision)
+        async def run(c: Connection) -> bytes:
+            return await c.unary(_PUT, raw, _CALL_TIMEOUT)
+
+        return int(rpc.PutResponse.FromString(await self._call("put", run)).header.revision)
 
     async def _write(
         self, op: str, key: str, value: bytes, ttl: int, compare: list[Any], rest: list[Any], failure: list[Any]
@@ -385,37 +351,41 @@ class EtcdStore:
         lease = await self.leases.lease(ttl) if ttl > 0 else 0
         try:
             return await self._txn(op, compare, [_put(key, value, lease), *rest], failure)
-        except rpc.AioRpcError as exc:
+        except GrpcError as exc:
             # The lease is gone before its time (revoked by hand, or an etcd restored from a backup).
-            if not lease or exc.code() != rpc.StatusCode.NOT_FOUND:
+            if not lease or exc.code != StatusCode.NOT_FOUND:
                 raise
             self.leases.forget(lease)
         lease = await self.leases.lease(ttl)
         return await self._txn(op, compare, [_put(key, value, lease), *rest], failure)
 
     async def _grant_lease(self, ttl: int) -> int:
-        async def run(c: aetcd.Client) -> Any:
-            return await c.leasestub.LeaseGrant(rpc.LeaseGrantRequest(TTL=ttl), timeout=_CALL_TIMEOUT)
+        raw = rpc.LeaseGrantRequest(TTL=ttl).SerializeToString()
 
-        resp = await self._call("lease_grant", run)
-        return int(resp.ID)
+        async def run(c: Connection) -> bytes:
+            return await c.unary(_LEASE_GRANT, raw, _CALL_TIMEOUT)
+
+        return int(rpc.LeaseGrantResponse.FromString(await self._call("lease_grant", run)).ID)
 
     async def _txn(self, op: str, compare: list[Any], success: list[Any], failure: list[Any]) -> tuple[Any, int]:
-        request = rpc.TxnRequest(compare=compare, success=success, failure=failure)
+        raw = rpc.TxnRequest(compare=compare, success=success, failure=failure).SerializeToString()
 
-        async def run(c: aetcd.Client) -> Any:
-            return await c.kvstub.Txn(request, timeout=_CALL_TIMEOUT)
+        async def run(c: Connection) -> bytes:
+            return await c.unary(_TXN, raw, _CALL_TIMEOUT)
 
-        return await self._call_counted(op, run)
+        resp, sent = await self._call_counted(op, run)
+        return rpc.TxnResponse.FromString(resp), sent
 
     async def compact(self, revision: int) -> None:
-        async def run(c: aetcd.Client) -> Any:
-            return await c.kvstub.Compact(rpc.CompactionRequest(revision=revision), timeout=_CALL_TIMEOUT * 6)
+        raw = rpc.CompactionRequest(revision=revision).SerializeToString()
+
+        async def run(c: Connection) -> bytes:
+            return await c.unary(_COMPACT, raw, _CALL_TIMEOUT * 6)
 
         try:
             await self._call("compact", run)
-        except rpc.AioRpcError as exc:
-            if "compacted" not in (exc.details() or ""):
+        except GrpcError as exc:
+            if "compacted" not in exc.details:
                 raise
 
     # -- watch -----------------------------------------------------------------
@@ -432,17 +402,15 @@ class EtcdStore:
             generation = self._generation
             try:
                 client = await self._connect()
-                # Straight on the gRPC stream rather than through aetcd's watcher, which hands every
-                # event through a lock, a wrapper object, a callback and a queue to another task.
-                call = rpc.WatchStub(client.channel).Watch(metadata=client.metadata)
+                call = await client.stream(_WATCH, rpc.WatchRequest(create_request=rpc.WatchCreateRequest(
+                    key=key, range_end=end, start_revision=next_revision)).SerializeToString())
                 try:
-                    await call.write(rpc.WatchRequest(create_request=rpc.WatchCreateRequest(
-                        key=key, range_end=end, start_revision=next_revision)))
                     failures = 0
                     while True:
-                        resp = await call.read()
-                        if resp is grpc.aio.EOF:
+                        raw = await call.read()
+                        if raw is None:
                             break
+                        resp = rpc.WatchResponse.FromString(raw)
                         if resp.compact_revision:
                             raise Compacted(resp.compact_revision)
                         if resp.canceled:
@@ -456,13 +424,7 @@ class EtcdStore:
                 if self._generation == generation:
                     # The stream ended without an error: the channel was closed; reconnect.
                     await self._failover(generation)
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise
-                failures += 1
-                await self._failover(generation)
-            except (*_RETRIABLE, OSError, etcd_errors.ClientError, WatchCanceled) as exc:
+            except (GrpcError, OSError, WatchCanceled) as exc:
                 failures += 1
                 log.warning("etcd watch broke, resuming", error=str(exc), revision=next_revision)
                 await self._failover(generation)
@@ -470,6 +432,6 @@ class EtcdStore:
 
     async def close(self) -> None:
         if self._client is not None:
-            await self._client.close()
+            self._client.close()
             self._client = None
 

@@ -1,0 +1,154 @@
+"""The HTTP/2 gRPC client against a real etcd (flow control both ways, statuses, many calls at once, a
+bidirectional stream) and against TCP peers that misbehave (no answer, no ping answer, a closed socket)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from urllib.parse import urlparse
+
+import pytest
+from aetcd import rpc
+
+from apiserver.storage.grpc_wire import PREFACE, Connection, GrpcError, StatusCode
+
+TXN = "/etcdserverpb.KV/Txn"
+RANGE = "/etcdserverpb.KV/Range"
+WATCH = "/etcdserverpb.Watch/Watch"
+
+
+@pytest.fixture
+async def conn(etcd_server: str) -> AsyncIterator[Connection]:
+    url = urlparse(etcd_server)
+    c = await Connection.open(url.hostname or "127.0.0.1", url.port or 2379)
+    yield c
+    c.close()
+
+
+def put(key: bytes, value: bytes) -> bytes:
+    return rpc.TxnRequest(success=[rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))]
+                          ).SerializeToString()
+
+
+async def get(conn: Connection, key: bytes, end: bytes = b"") -> rpc.RangeResponse:
+    raw = await conn.unary(RANGE, rpc.RangeRequest(key=key, range_end=end).SerializeToString(), 5)
+    return rpc.RangeResponse.FromString(raw)
+
+
+async def test_values_larger_than_the_windows_go_both_ways(conn: Connection) -> None:
+    # etcd's initial stream window is 64 KiB: a 1.2 MiB put waits for WINDOW_UPDATEs, a 6 MiB range
+    # needs ours.
+    prefix = f"/wire-{time.time_ns()}/".encode()
+    big = bytes(range(256)) * (1200 * 4)
+    resp = rpc.TxnResponse.FromString(await conn.unary(TXN, put(prefix + b"big", big), 5))
+    assert resp.succeeded
+    await asyncio.gather(*(conn.unary(TXN, put(prefix + b"k%d" % i, big[: 1200 * 1024 // 4]), 5) for i in range(20)))
+    assert (await get(conn, prefix + b"big")).kvs[0].value == big
+    listed = await get(conn, prefix, prefix[:-1] + b"0")
+    assert len(listed.kvs) == 21
+    assert sum(len(kv.value) for kv in listed.kvs) > 6 * 1024 * 1024
+
+
+async def test_many_calls_at_once_each_get_their_own_answer(conn: Connection) -> None:
+    prefix = f"/wire-{time.time_ns()}/".encode()
+    await asyncio.gather(*(conn.unary(TXN, put(prefix + b"%03d" % i, b"v%d" % i), 5) for i in range(300)))
+    answers = await asyncio.gather(*(get(conn, prefix + b"%03d" % i) for i in range(300)))
+    assert [a.kvs[0].value for a in answers] == [b"v%d" % i for i in range(300)]
+
+
+async def test_statuses_come_back_as_grpc_errors(conn: Connection) -> None:
+    with pytest.raises(GrpcError) as err:
+        await conn.unary("/etcdserverpb.KV/NoSuchMethod", b"", 5)
+    assert err.value.code == StatusCode.UNIMPLEMENTED
+    with pytest.raises(GrpcError) as err:
+        await conn.unary(RANGE, rpc.RangeRequest(key=b"/x", revision=10**12).SerializeToString(), 5)
+    assert err.value.code == StatusCode.OUT_OF_RANGE
+    assert "future revision" in err.value.details
+    # the connection is fine after errors
+    assert (await get(conn, b"/no-such-key")).count == 0
+
+
+async def test_a_stream_delivers_messages_until_cancelled(conn: Connection) -> None:
+    prefix = f"/wire-{time.time_ns()}/".encode()
+    stream = await conn.stream(WATCH, rpc.WatchRequest(create_request=rpc.WatchCreateRequest(
+        key=prefix, range_end=prefix[:-1] + b"0")).SerializeToString())
+    created = rpc.WatchResponse.FromString(await stream.read() or b"")
+    assert created.created
+    for i in range(50):
+        await conn.unary(TXN, put(prefix + b"%d" % i, b"x"), 5)
+    seen: list[bytes] = []
+    async with asyncio.timeout(10):
+        while len(seen) < 50:
+            seen += [ev.kv.key for ev in rpc.WatchResponse.FromString(await stream.read() or b"").events]
+    assert seen == [prefix + b"%d" % i for i in range(50)]
+    stream.cancel()
+    with pytest.raises(GrpcError) as err:
+        await stream.read()
+    assert err.value.code == StatusCode.CANCELLED
+    assert (await get(conn, prefix + b"0")).count == 1
+
+
+@pytest.fixture
+async def silent_peer() -> AsyncIterator[tuple[str, int, list[bytes]]]:
+    """A TCP server that reads everything and answers nothing."""
+    received: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(65536):
+            received.append(data)
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    yield host, port, received
+    server.close()
+
+
+async def test_an_unanswered_call_ends_at_its_deadline(silent_peer: tuple[str, int, list[bytes]]) -> None:
+    host, port, received = silent_peer
+    c = await Connection.open(host, port)
+    started = time.monotonic()
+    with pytest.raises(GrpcError) as err:
+        await c.unary(RANGE, b"", 0.3)
+    assert err.value.code == StatusCode.DEADLINE_EXCEEDED
+    assert 0.3 <= time.monotonic() - started < 2
+    assert b"".join(received).startswith(PREFACE)
+    c.close()
+
+
+async def test_a_peer_that_stops_answering_pings_is_dropped(silent_peer: tuple[str, int, list[bytes]]) -> None:
+    host, port, _ = silent_peer
+    loop = asyncio.get_running_loop()
+    _, c = await loop.create_connection(lambda: Connection(f"{host}:{port}", keepalive=0.2, keepalive_timeout=0.2),
+                                        host, port)
+    with pytest.raises(GrpcError) as err:
+        await c.unary(RANGE, b"", 30)
+    assert err.value.code == StatusCode.UNAVAILABLE
+    assert "keepalive" in err.value.details
+    assert not c.usable
+
+
+async def test_a_closed_socket_fails_open_calls_and_later_ones() -> None:
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        writer.close()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    c = await Connection.open(host, port)
+    with pytest.raises(GrpcError) as err:
+        await c.unary(RANGE, b"", 5)
+    assert err.value.code == StatusCode.UNAVAILABLE
+    with pytest.raises(GrpcError):
+        await c.unary(RANGE, b"", 5)
+    server.close()
+
+
+async def test_nobody_listening_is_an_os_error() -> None:
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    with pytest.raises(OSError):
+        await Connection.open("127.0.0.1", port)
