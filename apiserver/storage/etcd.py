@@ -170,9 +170,13 @@ class EtcdStore:
         if client is not None and client.usable:
             return client
         async with self._lock:
-            if self._client is None or not self._client.usable:
+            old = self._client
+            if old is None or not old.usable:
                 host, port = self._endpoints[self._index]
                 self._client = await Connection.open(host, port, _CALL_TIMEOUT)
+                if old is not None:
+                    # Told to go away, or out of stream ids: what is still running on it may finish.
+                    asyncio.get_running_loop().call_later(_CLOSE_GRACE, old.close)
             return self._client
 
     async def _failover(self, generation: int) -> None:

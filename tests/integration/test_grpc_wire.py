@@ -11,7 +11,8 @@ from urllib.parse import urlparse
 import pytest
 from aetcd import rpc
 
-from apiserver.storage.grpc_wire import PREFACE, Connection, GrpcError, StatusCode
+from apiserver.storage.etcd import EtcdStore
+from apiserver.storage.grpc_wire import GOAWAY, MAX_STREAM_ID, PREFACE, Connection, GrpcError, StatusCode, frame
 
 TXN = "/etcdserverpb.KV/Txn"
 RANGE = "/etcdserverpb.KV/Range"
@@ -152,3 +153,38 @@ async def test_nobody_listening_is_an_os_error() -> None:
     await server.wait_closed()
     with pytest.raises(OSError):
         await Connection.open("127.0.0.1", port)
+
+
+async def test_a_store_moves_on_from_a_connection_out_of_stream_ids(etcd_server: str) -> None:
+    store = EtcdStore([etcd_server])
+    try:
+        await store.current_revision()
+        first = store._client
+        assert first is not None
+        first._next_id = MAX_STREAM_ID  # one id left
+        await store.current_revision()
+        assert not first.usable
+        await store.create(f"/wire-{time.time_ns()}", b"x")
+        assert store._client is not first and store._client is not None and store._client.usable
+    finally:
+        await store.close()
+
+
+async def test_goaway_fails_the_calls_it_did_not_take() -> None:
+    async def go_away(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        writer.write(frame(GOAWAY, 0, 0, (0).to_bytes(4, "big") + (0).to_bytes(4, "big") + b"shutting down"))
+        await writer.drain()
+        await reader.read(65536)
+        writer.close()
+
+    server = await asyncio.start_server(go_away, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    c = await Connection.open(host, port)
+    with pytest.raises(GrpcError) as err:
+        await c.unary(RANGE, b"", 5)
+    assert err.value.code == StatusCode.UNAVAILABLE
+    assert "shutting down" in err.value.details
+    assert not c.usable
+    c.close()
+    server.close()
