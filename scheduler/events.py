@@ -10,7 +10,6 @@ from typing import Any
 import structlog
 
 from services.client import ApiError, Client, gvr
-from services.informers import micro_time
 
 log = structlog.get_logger(__name__)
 
@@ -42,7 +41,7 @@ class Recorder:
             "kind": "Event",
             "metadata": {"name": f"{meta.get('name', '')}.{int(now * 1e9):x}", "namespace": meta.get("namespace")
                          or "default"},
-            "eventTime": micro_time(),
+            "eventTime": _micro_time(now),
             "reportingController": self.controller,
             "reportingInstance": self.instance,
             "action": action,
@@ -54,6 +53,17 @@ class Recorder:
         if related is not None:
             event["related"] = _ref(related)
         self.sink.post(event)
+
+
+_second: list[Any] = [None, ""]
+
+
+def _micro_time(now: float) -> str:
+    """metav1.MicroTime of a time.time() value; the whole-second part is formatted once per second."""
+    sec = int(now)
+    if _second[0] != sec:
+        _second[0], _second[1] = sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
+    return f"{_second[1]}.{int((now - sec) * 1e6):06d}Z"
 
 
 def _ref(obj: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import operator
 import random
 import time
 from collections.abc import Mapping
@@ -199,6 +200,7 @@ class Scheduler:
         self._bind_slots = asyncio.Semaphore(BIND_CONCURRENCY)
         self._binding: set[asyncio.Task[None]] = set()
         self._binding_done = asyncio.Event()
+        self._attempt_children: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._synced = False
         self.pod_informer = self.informer_factory.informer_for(
@@ -442,6 +444,15 @@ class Scheduler:
         self._binding.add(task)
         task.add_done_callback(self._binding_finished)
 
+    def _attempt_metrics(self, result: str, profile: str) -> tuple[Any, Any]:
+        """The attempts counter and duration histogram of (result, profile), looked up once."""
+        key = (result, profile)
+        children = self._attempt_children.get(key)
+        if children is None:
+            children = self._attempt_children[key] = (metrics.SCHEDULE_ATTEMPTS.labels(result, profile),
+                                                      metrics.SCHEDULING_ATTEMPT_DURATION.labels(result, profile))
+        return children
+
     def _binding_finished(self, task: asyncio.Task[None]) -> None:
         self._binding.discard(task)
         self._binding_done.set()
@@ -503,9 +514,12 @@ class Scheduler:
             pct = self.config.percentage_of_nodes_to_score
         to_find = num_feasible_nodes_to_find(pct, num_all)
         start = self.next_start_node_index % num_all
+        whole = nodes is self.snapshot.node_info_list
         if not fwk.has_filter_plugins():
             feasible = [nodes[(start + i) % num_all] for i in range(to_find)]
             self.next_start_node_index = (start + to_find) % num_all
+            if whole:
+                state.nodes_start = start
             return feasible, None
         feasible: list[NodeInfo] = []
         statuses = diagnosis.node_to_status
@@ -549,6 +563,8 @@ class Scheduler:
             else:
                 diagnosis.unschedulable_plugins.add(st.plugin)
         self.next_start_node_index = (start + processed) % num_all
+        if whole and not statuses.statuses:
+            state.nodes_start = start
         return feasible, None
 
     def prioritize(self, fwk: Framework, state: CycleState, pod: Obj,
@@ -558,16 +574,22 @@ class Scheduler:
         st = fwk.run_pre_score_plugins(state, pod, nodes)
         if st is not None:
             return [], st
-        return fwk.run_score_plugins(state, pod, nodes)
+        # Less a constant every node shares: that cannot change which node wins.
+        totals, _, st = fwk.score_totals(state, pod, nodes)
+        return totals, st
 
     @staticmethod
     def select_host(nodes: list[NodeInfo], scores: list[int]) -> str:
         """The best-scoring node; ties broken uniformly at random."""
         best = max(scores)
-        if scores.count(best) == 1:
+        ties = scores.count(best)
+        if ties == 1:
             return nodes[scores.index(best)].name
-        winners = list(itertools.compress(nodes, map(best.__eq__, scores)))
-        return random.choice(winners).name
+        # The same draw as random.choice over the winners, without building their list (or touching
+        # the nodes that lose).
+        pick = random.randrange(ties)
+        winners = itertools.compress(itertools.count(), map(operator.eq, scores, itertools.repeat(best)))
+        return nodes[next(itertools.islice(winners, pick, None))].name
 
     # -- binding cycle ----------------------------------------------------------------------------
 
@@ -599,9 +621,9 @@ class Scheduler:
             meta = assumed["metadata"]
             fwk.event_recorder.eventf(assumed, None, "Normal", "Scheduled", "Binding",
                                       f"Successfully assigned {meta.get('namespace')}/{meta['name']} to {host}")
-            metrics.SCHEDULE_ATTEMPTS.labels("scheduled", fwk.profile_name).inc()
-            metrics.SCHEDULING_ATTEMPT_DURATION.labels("scheduled", fwk.profile_name).observe(
-                time.perf_counter() - start)
+            attempts, duration = self._attempt_metrics("scheduled", fwk.profile_name)
+            attempts.inc()
+            duration.observe(time.perf_counter() - start)
             if qp.initial_attempt_timestamp is not None:
                 metrics.POD_SCHEDULING_SLI_DURATION.labels(str(qp.attempts)).observe(
                     self.queue.clock() - qp.initial_attempt_timestamp)
@@ -625,8 +647,9 @@ class Scheduler:
         pod = qp.pod
         rejected = status.is_rejected()
         result = "unschedulable" if rejected else "error"
-        metrics.SCHEDULE_ATTEMPTS.labels(result, fwk.profile_name).inc()
-        metrics.SCHEDULING_ATTEMPT_DURATION.labels(result, fwk.profile_name).observe(time.perf_counter() - start)
+        attempts, duration = self._attempt_metrics(result, fwk.profile_name)
+        attempts.inc()
+        duration.observe(time.perf_counter() - start)
         reason = "Unschedulable" if status.code != Code.ERROR else "SchedulerError"
         if not rejected:
             qp.unschedulable_plugins = set()

@@ -202,6 +202,11 @@ class Cache:
                 self.assumed.discard(uid)
                 st.assumed = False
                 st.deadline = None
+            if st.node == node and _same_footprint(st.pod_info.pod, pod):
+                # What the node holds is unchanged (the usual confirmation of an assumed pod, or a
+                # status update): only the object is newer, so the node keeps its generation.
+                st.pod_info.pod = pod
+                return
             self._remove_from_node(st.pod_info.pod, st.node)
             st.pod_info = PodInfo(pod)
             st.node = node
@@ -320,21 +325,21 @@ class Cache:
                     del snap.node_info_map[name]
                     self._node_set_changed = True
                 continue
-            copy = src.clone()
             if dst is None:
+                copy = src.clone()
                 for pi in copy.pods:
                     index.add(pi, name, copy.labels)
                 snap.node_info_map[name] = copy
                 self._node_set_changed = True
                 continue
-            if _derived_lists_differ(dst, copy):
+            if _derived_lists_differ(dst, src):
                 pods_changed = True
-            _reindex(index, dst, copy)
-            if dst.labels != copy.labels:
+            _reindex(index, dst, src)
+            if dst.labels != src.labels:
                 snap.node_labels_changed()
-            if dst.node is not copy.node or dst.image_states is not copy.image_states:
+            if dst.node is not src.node or dst.image_states is not src.image_states:
                 snap.nodes_changed()
-            _copy_into(dst, copy)
+            dst.copy_from(src)
             if dst.node is not None:
                 snap.node_changed(dst)
         self._dirty.clear()
@@ -344,6 +349,15 @@ class Cache:
         elif pods_changed:
             snap.pods_changed()
         snap.generation = next_generation()
+
+
+def _same_footprint(old: Obj, new: Obj) -> bool:
+    """Whether everything a NodeInfo and the pod index derive from a pod (its spec, namespace, labels,
+    being terminating) is the same in both versions."""
+    om, nm = old["metadata"], new["metadata"]
+    return (old.get("spec") == new.get("spec") and om.get("labels") == nm.get("labels")
+            and om.get("namespace") == nm.get("namespace")
+            and bool(om.get("deletionTimestamp")) == bool(nm.get("deletionTimestamp")))
 
 
 def _reindex(index: PodIndex, old: NodeInfo, new: NodeInfo) -> None:
@@ -371,7 +385,3 @@ def _derived_lists_differ(old: NodeInfo, new: NodeInfo) -> bool:
             or bool(old.pods_with_required_anti_affinity) != bool(new.pods_with_required_anti_affinity)
             or old.pvc_ref_counts != new.pvc_ref_counts)
 
-
-def _copy_into(dst: NodeInfo, src: NodeInfo) -> None:
-    for slot in NodeInfo.__slots__:
-        setattr(dst, slot, getattr(src, slot))

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from array import array
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -135,13 +136,16 @@ def status_code(status: Status | None) -> Code:
 class CycleState:
     """Per-cycle scratch space plugins share between their extension points (keyed by plugin)."""
 
-    __slots__ = ("_data", "skip_filter_plugins", "skip_score_plugins", "skip_pre_bind_plugins")
+    __slots__ = ("_data", "skip_filter_plugins", "skip_score_plugins", "skip_pre_bind_plugins", "nodes_start")
 
     def __init__(self) -> None:
         self._data: dict[str, Any] = {}
         self.skip_filter_plugins: set[str] = set()
         self.skip_score_plugins: set[str] = set()
         self.skip_pre_bind_plugins: set[str] = set()
+        # When the nodes being scored are the snapshot's list rotated to begin at this position (no node
+        # was filtered out), that position, else -1: a hint that lets scorers keep results per position.
+        self.nodes_start = -1
 
     def read(self, key: str) -> Any:
         """The value stored under `key`; KeyError when a PreFilter/PreScore did not write it."""
@@ -163,6 +167,7 @@ class CycleState:
         other.skip_filter_plugins = set(self.skip_filter_plugins)
         other.skip_score_plugins = set(self.skip_score_plugins)
         other.skip_pre_bind_plugins = set(self.skip_pre_bind_plugins)
+        other.nodes_start = self.nodes_start
         return other
 
 
@@ -297,7 +302,27 @@ def pod_requests(pod: Obj, non_missing: bool = False) -> Resource:
     request no cpu or memory, which is what scoring uses so that best-effort pods still spread.
     """
     spec = pod.get("spec") or {}
+    if spec.get("initContainers") or spec.get("overhead"):
+        return _pod_requests(spec, non_missing)
+    # Plain pods are remembered by their containers' requests: a cycle, the cache and the event
+    # handlers each ask again for the same pod, and a workload's pods all ask alike.
+    try:
+        key = (non_missing, *[tuple(_container_requests(c).items()) for c in spec.get("containers") or ()])
+        known = _REQUESTS_MEMO.get(key)
+    except TypeError:
+        return _pod_requests(spec, non_missing)
+    if known is None:
+        if len(_REQUESTS_MEMO) >= _REQUESTS_MEMO_MAX:
+            _REQUESTS_MEMO.clear()
+        known = _REQUESTS_MEMO[key] = _pod_requests(spec, non_missing)
+    return known.clone()
 
+
+_REQUESTS_MEMO: dict[tuple[Any, ...], Resource] = {}
+_REQUESTS_MEMO_MAX = 1024
+
+
+def _pod_requests(spec: Obj, non_missing: bool) -> Resource:
     def requests_of(c: Mapping[str, Any]) -> Resource:
         req = _container_requests(c)
         r = Resource.from_list(req)
@@ -380,7 +405,7 @@ class PodInfo:
 
     __slots__ = (
         "pod", "required_affinity_terms", "required_anti_affinity_terms",
-        "preferred_affinity_terms", "preferred_anti_affinity_terms", "_requests", "_non_zero",
+        "preferred_affinity_terms", "preferred_anti_affinity_terms", "_requests", "_non_zero", "_host_ports",
     )
 
     def __init__(self, pod: Obj) -> None:
@@ -390,6 +415,7 @@ class PodInfo:
         self.pod = pod
         self._requests: Resource | None = None
         self._non_zero: Resource | None = None
+        self._host_ports: list[tuple[str, str, int]] | None = None
         aff = ((pod.get("spec") or {}).get("affinity")) or {}
         pa = aff.get("podAffinity") or {}
         paa = aff.get("podAntiAffinity") or {}
@@ -416,6 +442,12 @@ class PodInfo:
         if self._non_zero is None:
             self._non_zero = pod_requests(self.pod, non_missing=True)
         return self._non_zero
+
+    @property
+    def host_ports(self) -> list[tuple[str, str, int]]:
+        if self._host_ports is None:
+            self._host_ports = pod_host_ports(self.pod)
+        return self._host_ports
 
     @property
     def uid(self) -> str:
@@ -618,7 +650,7 @@ class NodeInfo:
     def _account(self, pi: PodInfo, sign: int) -> None:
         self.requested.add(pi.requests, sign)
         self.non_zero_requested.add(pi.non_zero_requests, sign)
-        for ip, proto, port in pod_host_ports(pi.pod):
+        for ip, proto, port in pi.host_ports:
             if sign > 0:
                 self.used_ports.add(ip, proto, port)
             else:
@@ -638,22 +670,26 @@ class NodeInfo:
     def clone(self) -> NodeInfo:
         """An independent copy (pods list and aggregates) for what-if evaluation such as preemption."""
         other = NodeInfo.__new__(NodeInfo)
-        other.node = self.node
-        other.name = self.name
-        other.pods = list(self.pods)
-        other.pods_with_affinity = list(self.pods_with_affinity)
-        other.pods_with_required_anti_affinity = list(self.pods_with_required_anti_affinity)
-        other.used_ports = self.used_ports.clone()
-        other.requested = self.requested.clone()
-        other.non_zero_requested = self.non_zero_requested.clone()
-        other.allocatable = self.allocatable.clone()
-        other.image_states = self.image_states
-        other.pvc_ref_counts = dict(self.pvc_ref_counts)
-        other.generation = self.generation
-        other.labels = self.labels
-        other.taints = self.taints
-        other.unschedulable = self.unschedulable
+        other.copy_from(self)
         return other
+
+    def copy_from(self, src: NodeInfo) -> None:
+        """Become an independent copy of `src` (the cache refreshes its snapshot's nodes in place)."""
+        self.node = src.node
+        self.name = src.name
+        self.pods = list(src.pods)
+        self.pods_with_affinity = list(src.pods_with_affinity)
+        self.pods_with_required_anti_affinity = list(src.pods_with_required_anti_affinity)
+        self.used_ports = src.used_ports.clone()
+        self.requested = src.requested.clone()
+        self.non_zero_requested = src.non_zero_requested.clone()
+        self.allocatable = src.allocatable.clone()
+        self.image_states = src.image_states
+        self.pvc_ref_counts = dict(src.pvc_ref_counts)
+        self.generation = src.generation
+        self.labels = src.labels
+        self.taints = src.taints
+        self.unschedulable = src.unschedulable
 
     def __repr__(self) -> str:
         return f"NodeInfo({self.name}, pods={len(self.pods)}, requested={self.requested})"
@@ -695,6 +731,9 @@ class Snapshot:
     def __init__(self, node_infos: Iterable[NodeInfo] = ()) -> None:
         self.node_info_map: dict[str, NodeInfo] = {}
         self.node_info_list: list[NodeInfo] = []
+        # node_info_list's generations, in its order: cycles compare them without touching every node.
+        self.generations = array("q")
+        self._positions: dict[str, int] = {}
         self.generation = 0
         self.pod_index = PodIndex()
         self._keyed_nodes: dict[tuple[str, ...], dict[str, NodeInfo]] = {}
@@ -755,13 +794,18 @@ class Snapshot:
         self._domains.clear()
         self._traits = None
         self.node_info_list = [ni for ni in ordered if ni.node is not None]
+        self.generations = array("q", [ni.generation for ni in self.node_info_list])
+        self._positions = {ni.name: i for i, ni in enumerate(self.node_info_list)}
         frees = [_free(ni) for ni in self.node_info_list]
         self.free_floor = tuple(map(min, *frees)) if len(frees) > 1 else (frees[0] if frees else (0, 0, 0, 0))
         self.pods_changed()
 
     def node_changed(self, ni: NodeInfo) -> None:
-        """Keep `free_floor` a lower bound after `ni` (a listed node) changed."""
+        """Keep `free_floor` a lower bound and `generations` current after `ni` (a listed node) changed."""
         self.free_floor = tuple(map(min, self.free_floor, _free(ni)))  # type: ignore[assignment]
+        pos = self._positions.get(ni.name)
+        if pos is not None:
+            self.generations[pos] = ni.generation
 
     def pods_changed(self) -> None:
         """Drop the lists derived from the nodes' pods; they are recomputed when next asked for."""
@@ -1100,6 +1144,12 @@ class Plugin:
                 return out, st
             out.append(s)
         return out, None
+
+    def node_scorer(self, state: CycleState, pod: Obj) -> tuple[Hashable, Callable[[NodeInfo], int]] | None:
+        """When this cycle's score of a node depends only on what `NodeInfo.generation` tracks (the node's
+        pods and allocatable) and on a hashable key of the pod, that key and a function scoring one node
+        (agreeing with `score_nodes`); the framework then reuses scores across cycles. None otherwise."""
+        return None
 
     def normalize_score(self, state: CycleState, pod: Obj, scores: list[NodeScore]) -> Status | None:
         """Rescale this plugin's raw scores in place to [MIN_NODE_SCORE, MAX_NODE_SCORE]."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from array import array
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import structlog
@@ -40,6 +41,68 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 MAX_PERMIT_TIMEOUT = 15 * 60.0
+
+
+class _Unusable(Exception):
+    """A score out of range: left for the usual path to report."""
+
+
+class PositionalMemo:
+    """Per-node integer results for a few keys laid out in the snapshot's node order, each slot tagged
+    with the `NodeInfo.generation` it was computed for.
+
+    When a cycle scores a run of the snapshot's list (`CycleState.nodes_start`), the results are one
+    slice of a table: a node is computed again only when the snapshot's `generations` differ from the
+    slot's. Flat arrays compared and copied at C speed, rather than reading each node or a list of int
+    objects spread over the heap, keep a cycle's memory traffic small.
+    """
+
+    __slots__ = ("_tables", "_max_keys")
+
+    def __init__(self, max_keys: int = 4) -> None:
+        self._tables: dict[Hashable, tuple[array[int], array[int]]] = {}
+        self._max_keys = max_keys
+
+    def values(self, key: Hashable, nodes: list[NodeInfo], start: int, generations: array[int],
+               compute: Callable[[NodeInfo], int]) -> list[int] | None:
+        """Results for `nodes`, the nodes at positions start, start+1, ... (mod its length) of a list
+        whose generations are `generations`; None when they cannot lie there."""
+        count = len(nodes)
+        size = len(generations)
+        if not 0 <= start < size or count > size:
+            return None
+        table = self._tables.get(key)
+        if table is None or len(table[0]) != size:
+            if table is None and len(self._tables) >= self._max_keys:
+                self._tables.pop(next(iter(self._tables)))
+            # Generations start at 1: a zero slot never matches.
+            table = self._tables[key] = (array("q", bytes(8 * size)), array("q", bytes(8 * size)))
+        gens, vals = table
+        end = start + count
+        if end <= size:
+            seen, out, current = gens[start:end], vals[start:end], generations[start:end]
+        else:
+            seen, out = gens[start:] + gens[:end - size], vals[start:] + vals[:end - size]
+            current = generations[start:] + generations[:end - size]
+        if current == seen:
+            return out.tolist()
+        # Few slots are stale: compare in blocks (C speed), then look inside the blocks that differ.
+        for lo in range(0, count, _BLOCK):
+            hi = lo + _BLOCK
+            if current[lo:hi] == seen[lo:hi]:
+                continue
+            for i in range(lo, min(hi, count)):
+                if current[i] != seen[i]:
+                    v = out[i] = compute(nodes[i])
+                    pos = start + i
+                    if pos >= size:
+                        pos -= size
+                    gens[pos] = current[i]
+                    vals[pos] = v
+        return out.tolist()
+
+
+_BLOCK = 32
 
 
 class WaitingPodImpl:
@@ -123,6 +186,9 @@ class Framework:
         self._pre_filter_ext = [p for p in self.pre_filter_plugins if p.pre_filter_extensions() is not None]
         self._normalizers = {p.name for p in self.score_plugins
                              if type(p).normalize_score is not Plugin.normalize_score}
+        self._node_state_scorers = {p.name for p in self.score_plugins if p.name not in self._normalizers
+                                    and type(p).node_scorer is not Plugin.node_scorer}
+        self._node_state_memo = PositionalMemo()
         self.enqueue_events: dict[str, list[ClusterEventWithHint]] = {}
         for name, plugin in self.plugins.items():
             events = plugin.events_to_register()
@@ -347,28 +413,37 @@ class Framework:
     def run_score_plugins(self, state: CycleState, pod: Obj,
                           nodes: list[NodeInfo]) -> tuple[list[int], Status | None]:
         """Weighted totals per node (same order as `nodes`)."""
-        totals = [0] * len(nodes)
-        # A plugin that gives every node the same score (common: no node has the pod's images or a
-        # PreferNoSchedule taint) adds one constant, summed here and added to the totals once.
-        offset = 0
+        totals, offset, st = self.score_totals(state, pod, nodes)
+        if offset and st is None:
+            totals = [t + offset for t in totals]
+        return totals, st
+
+    def score_totals(self, state: CycleState, pod: Obj,
+                     nodes: list[NodeInfo]) -> tuple[list[int], int, Status | None]:
+        """Weighted totals per node less `offset`, a part every node shares (it cannot change which wins)."""
         skip = state.skip_score_plugins
-        for p in self.score_plugins:
-            if p.name in skip:
-                continue
+        plugins = [p for p in self.score_plugins if p.name not in skip]
+        totals: list[int] | None = None
+        if state.nodes_start >= 0 and self._node_state_scorers and len(nodes) > 1:
+            totals, plugins = self._node_state_totals(state, pod, nodes, plugins)
+        # A plugin that gives every node the same score (common: no node has the pod's images or a
+        # PreferNoSchedule taint) adds one constant, summed into the offset.
+        offset = 0
+        for p in plugins:
             weight = self.score_weights.get(p.name, 1)
             try:
                 values, st = p.score_nodes(state, pod, nodes)
                 if st is not None and not st.is_success():
                     st.plugin = p.name
-                    return totals, st
+                    return totals or [0] * len(nodes), 0, st
                 if p.name in self._normalizers:
                     values, st = p.normalize_values(state, pod, nodes, values)
                     if st is not None and not st.is_success():
                         st.plugin = p.name
-                        return totals, st
+                        return totals or [0] * len(nodes), 0, st
             except Exception as e:
                 log.exception("score plugin failed", plugin=p.name)
-                return totals, Status.error(e, plugin=p.name)
+                return totals or [0] * len(nodes), 0, Status.error(e, plugin=p.name)
             if not values:
                 continue
             first = values[0]
@@ -378,18 +453,58 @@ class Framework:
                 lo, hi = min(values), max(values)
             if hi > MAX_NODE_SCORE or lo < MIN_NODE_SCORE:
                 v = hi if hi > MAX_NODE_SCORE else lo
-                return totals, Status.error(
+                return totals or [0] * len(nodes), 0, Status.error(
                     f"plugin {p.name!r} returns an invalid score {v}, it should in the range of "
                     f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing", plugin=p.name)
             if lo == hi:
                 offset += first * weight
-            elif weight == 1:
-                totals = list(map(operator.add, totals, values))
-            else:
-                totals = list(map(operator.add, totals, map(operator.mul, values, itertools.repeat(weight))))
-        if offset:
-            totals = list(map(operator.add, totals, itertools.repeat(offset)))
-        return totals, None
+                continue
+            if weight != 1:
+                values = list(map(operator.mul, values, itertools.repeat(weight)))
+            totals = values if totals is None else list(map(operator.add, totals, values))
+        return totals or [0] * len(nodes), offset, None
+
+    def _node_state_totals(self, state: CycleState, pod: Obj, nodes: list[NodeInfo],
+                           plugins: list[Plugin]) -> tuple[list[int] | None, list[Plugin]]:
+        """The weighted sum of the plugins whose scores follow from node state alone, kept per snapshot
+        position across cycles (`CycleState.nodes_start`); and the plugins left to score as usual."""
+        parts: list[tuple[int, Callable[[NodeInfo], int]]] = []
+        key: list[Hashable] = []
+        rest: list[Plugin] = []
+
+        def total(ni: NodeInfo) -> int:
+            t = 0
+            for weight, score in parts:
+                v = score(ni)
+                if v > MAX_NODE_SCORE or v < MIN_NODE_SCORE:
+                    raise _Unusable
+                t += v * weight
+            return t
+
+        try:
+            for p in plugins:
+                scorer = p.node_scorer(state, pod) if p.name in self._node_state_scorers else None
+                if scorer is None:
+                    rest.append(p)
+                    continue
+                weight = self.score_weights.get(p.name, 1)
+                parts.append((weight, scorer[1]))
+                key.append((p.name, weight, scorer[0]))
+            if not parts:
+                return None, plugins
+            snapshot = self._snapshot()
+            start = state.nodes_start
+            listed = snapshot.node_info_list
+            if len(listed) != len(snapshot.generations) or start >= len(listed) or nodes[0] is not listed[start] \
+                    or nodes[-1] is not listed[(start + len(nodes) - 1) % len(listed)]:
+                return None, plugins
+            out = self._node_state_memo.values(tuple(key), nodes, start, snapshot.generations, total)
+        except Exception:
+            # Scored the usual way instead, which reports the plugin and its error or invalid score.
+            return None, plugins
+        if out is None:
+            return None, plugins
+        return out, rest
 
     # -- Reserve / Permit ---------------------------------------------------------------------------
 

@@ -336,6 +336,11 @@ class InterPodAffinity(Plugin):
             return Status(Code.SKIP)
         lister = self.handle.snapshot_shared_lister()
         index = lister.pod_index
+        if not has_constraints and not (self.hard_pod_affinity_weight > 0 and index.required_affinity) and (
+                self.ignore_preferred_terms_of_existing_pods
+                or not (index.preferred_affinity or index.preferred_anti_affinity)):
+            # No term on either side: nothing would be scored.
+            return Status(Code.SKIP)
         ns_labels = self._ns_labels()
         pod_ns_labels = ns_labels(_namespace(pod))
         s = PreScoreState()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from scheduler.framework.interface import (
@@ -62,29 +62,29 @@ class BalancedAllocation(Plugin):
             std = 0.0
         return int((1 - std) * MAX_NODE_SCORE), None
 
-    def score_nodes(self, state: CycleState, pod: Obj,
-                    nodes: list[NodeInfo]) -> tuple[list[int], Status | None]:
+    def node_scorer(self, state: CycleState, pod: Obj) -> tuple[Hashable, Callable[[NodeInfo], int]] | None:
         plan: ScorePlan | None = state.get(_PRE_SCORE_KEY)
         if plan is None or [a for a, *_ in plan] != ["milli_cpu", "memory"]:
-            return super().score_nodes(state, pod, nodes)
+            return None
         # Two resources (the default): the standard deviation is half the difference of the fractions.
-        # Remembered per node generation, like Fit's scores.
         pod_cpu, pod_mem = plan[0][2], plan[1][2]
-        memo = self._memo.table((pod_cpu, pod_mem), len(nodes))
-        out = [memo.get(ni.generation) for ni in nodes]
-        if None in out:
-            for i, v in enumerate(out):
-                if v is None:
-                    ni = nodes[i]
-                    alloc, used = ni.allocatable, ni.requested
-                    if alloc.milli_cpu and alloc.memory:
-                        f_cpu = min((used.milli_cpu + pod_cpu) / alloc.milli_cpu, 1.0)
-                        f_mem = min((used.memory + pod_mem) / alloc.memory, 1.0)
-                        v = int((1 - abs(f_cpu - f_mem) / 2) * MAX_NODE_SCORE)
-                    else:
-                        v = self.score(state, pod, ni)[0]
-                    out[i] = memo[ni.generation] = v
-        return out, None
+
+        def score(ni: NodeInfo) -> int:
+            alloc, used = ni.allocatable, ni.requested
+            if alloc.milli_cpu and alloc.memory:
+                f_cpu = min((used.milli_cpu + pod_cpu) / alloc.milli_cpu, 1.0)
+                f_mem = min((used.memory + pod_mem) / alloc.memory, 1.0)
+                return int((1 - abs(f_cpu - f_mem) / 2) * MAX_NODE_SCORE)
+            return self.score(state, pod, ni)[0]
+
+        return (pod_cpu, pod_mem), score
+
+    def score_nodes(self, state: CycleState, pod: Obj,
+                    nodes: list[NodeInfo]) -> tuple[list[int], Status | None]:
+        scorer = self.node_scorer(state, pod)
+        if scorer is None:
+            return super().score_nodes(state, pod, nodes)
+        return self._memo.values(*scorer, nodes), None
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [

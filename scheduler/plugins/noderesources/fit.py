@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from scheduler.framework.interface import (
@@ -183,27 +183,30 @@ class Fit(Plugin):
             weights += weight
         return (total // weights if weights else 0), None
 
-    def score_nodes(self, state: CycleState, pod: Obj,
-                    nodes: list[NodeInfo]) -> tuple[list[int], Status | None]:
+    def node_scorer(self, state: CycleState, pod: Obj) -> tuple[Hashable, Callable[[NodeInfo], int]] | None:
         plan: ScorePlan | None = state.get(_PRE_SCORE_KEY)
         if plan is None or self.strategy != LEAST_ALLOCATED or [(a, nz) for a, _, _, _, nz in plan] != _CPU_MEM:
-            return super().score_nodes(state, pod, nodes)
-        # The default profile's case (LeastAllocated over cpu and memory), remembered per node generation.
+            return None
+        # The default profile's case: LeastAllocated over cpu and memory.
         (_, _, pod_cpu, w_cpu, _), (_, _, pod_mem, w_mem, _) = plan
         weights = w_cpu + w_mem
-        memo = self._memo.table(("score", pod_cpu, pod_mem, w_cpu, w_mem), len(nodes))
-        out = [memo.get(ni.generation) for ni in nodes]
-        if None in out:
-            for i, v in enumerate(out):
-                if v is None:
-                    ni = nodes[i]
-                    alloc, used = ni.allocatable, ni.non_zero_requested
-                    cap, req = alloc.milli_cpu, used.milli_cpu + pod_cpu
-                    s_cpu = (cap - req) * MAX_NODE_SCORE // cap if cap and req <= cap else 0
-                    cap, req = alloc.memory, used.memory + pod_mem
-                    s_mem = (cap - req) * MAX_NODE_SCORE // cap if cap and req <= cap else 0
-                    out[i] = memo[ni.generation] = (s_cpu * w_cpu + s_mem * w_mem) // weights
-        return out, None
+
+        def score(ni: NodeInfo) -> int:
+            alloc, used = ni.allocatable, ni.non_zero_requested
+            cap, req = alloc.milli_cpu, used.milli_cpu + pod_cpu
+            s_cpu = (cap - req) * MAX_NODE_SCORE // cap if cap and req <= cap else 0
+            cap, req = alloc.memory, used.memory + pod_mem
+            s_mem = (cap - req) * MAX_NODE_SCORE // cap if cap and req <= cap else 0
+            return (s_cpu * w_cpu + s_mem * w_mem) // weights
+
+        return ("score", pod_cpu, pod_mem, w_cpu, w_mem), score
+
+    def score_nodes(self, state: CycleState, pod: Obj,
+                    nodes: list[NodeInfo]) -> tuple[list[int], Status | None]:
+        scorer = self.node_scorer(state, pod)
+        if scorer is None:
+            return super().score_nodes(state, pod, nodes)
+        return self._memo.values(*scorer, nodes), None
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [

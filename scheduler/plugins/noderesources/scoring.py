@@ -113,3 +113,14 @@ class GenerationMemo:
                 self._tables.pop(next(iter(self._tables)))
             t = self._tables[shape] = {}
         return t
+
+    def values(self, shape: Hashable, score: Callable[[NodeInfo], Any], nodes: list[NodeInfo]) -> list[Any]:
+        """`score` of each node, computed only for nodes whose generation has no result for `shape` yet."""
+        memo = self.table(shape, len(nodes))
+        out = [memo.get(ni.generation) for ni in nodes]
+        if None in out:
+            for i, v in enumerate(out):
+                if v is None:
+                    ni = nodes[i]
+                    out[i] = memo[ni.generation] = score(ni)
+        return out

@@ -127,3 +127,34 @@ def test_snapshot_free_floor_and_traits_follow_node_changes() -> None:
     cache.update_node(make_node("a", cpu="2", memory="4Gi"), tainted)
     cache.update_snapshot(snap)
     assert snap.traits().taints
+
+
+def test_confirmation_with_the_same_footprint_keeps_the_node_generation() -> None:
+    cache = Cache()
+    cache.add_node(make_node("n", cpu="4"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    pod = make_pod("p", cpu="1", labels={"app": "a"})
+    assumed = {**pod, "spec": {**pod["spec"], "nodeName": "n"}}
+    cache.assume_pod(assumed, "n")
+    cache.update_snapshot(snap)
+    generation = snap.get("n").generation
+    bound = {**assumed, "metadata": {**assumed["metadata"], "resourceVersion": "7"},
+             "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}}
+    cache.add_pod(bound)
+    assert not cache.is_assumed(pod) and cache.get_pod(pod) is bound
+    cache.update_snapshot(snap)
+    ni = snap.get("n")
+    assert ni.generation == generation and ni.requested.milli_cpu == 1000 and ni.pods[0].pod is bound
+    # A relabelled pod is re-added, so the label index follows it.
+    relabelled = {**bound, "metadata": {**bound["metadata"], "labels": {"app": "b"}}}
+    cache.add_pod(relabelled)
+    cache.update_snapshot(snap)
+    assert snap.get("n").generation != generation
+    assert ("default", "app", "b") in snap.pod_index.by_label
+    assert ("default", "app", "a") not in snap.pod_index.by_label
+    grown = {**relabelled, "spec": {**relabelled["spec"], "containers": [
+        {"name": "c", "image": "nginx", "resources": {"requests": {"cpu": "2"}}}]}}
+    cache.add_pod(grown)
+    cache.update_snapshot(snap)
+    assert snap.get("n").requested.milli_cpu == 2000
