@@ -204,9 +204,10 @@ class Connection(asyncio.Protocol):
         return self._closed is None and self._next_id <= MAX_STREAM_ID
 
     def close(self) -> None:
-        if self._transport is not None and self._closed is None:
-            self._send(frame(GOAWAY, 0, 0, struct.pack(">II", 0, NO_ERROR)))
-            self._write_out()
+        if self._transport is not None and not self._transport.is_closing():
+            if self._closed is None:
+                self._send(frame(GOAWAY, 0, 0, struct.pack(">II", 0, NO_ERROR)))
+                self._write_out()
             self._transport.close()
         self._fail_all(GrpcError(StatusCode.UNAVAILABLE, "connection closed"))
 
@@ -219,6 +220,10 @@ class Connection(asyncio.Protocol):
         streams, self._streams = self._streams, {}
         for s in streams.values():
             self._end(s, error)
+        while self._slot_waiters:
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # it finds the connection closed
 
     def _abort(self, reason: str) -> None:
         self._fail_all(GrpcError(StatusCode.UNAVAILABLE, reason))

@@ -4,15 +4,32 @@ bidirectional stream) and against TCP peers that misbehave (no answer, no ping a
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 from collections.abc import AsyncIterator
 from urllib.parse import urlparse
 
+import hpack
 import pytest
 from aetcd import rpc
 
 from apiserver.storage.etcd import EtcdStore
-from apiserver.storage.grpc_wire import GOAWAY, MAX_STREAM_ID, PREFACE, Connection, GrpcError, StatusCode, frame
+from apiserver.storage.grpc_wire import (
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    HEADERS,
+    MAX_STREAM_ID,
+    PREFACE,
+    SETTINGS,
+    SETTINGS_MAX_CONCURRENT_STREAMS,
+    Connection,
+    GrpcError,
+    StatusCode,
+    frame,
+)
 
 TXN = "/etcdserverpb.KV/Txn"
 RANGE = "/etcdserverpb.KV/Range"
@@ -186,5 +203,58 @@ async def test_goaway_fails_the_calls_it_did_not_take() -> None:
     assert err.value.code == StatusCode.UNAVAILABLE
     assert "shutting down" in err.value.details
     assert not c.usable
+    c.close()
+    server.close()
+
+
+class FakeGrpcServer:
+    """Answers every call by echoing its message after `delay`, one stream at a time as its SETTINGS say,
+    with the response headers split over HEADERS and CONTINUATION frames; records how many calls it
+    saw open at once."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.open_now = 0
+        self.most_open = 0
+        self.encoder = hpack.Encoder()
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(len(PREFACE))
+        writer.write(frame(SETTINGS, 0, 0, struct.pack(">HI", SETTINGS_MAX_CONCURRENT_STREAMS, 1)))
+        bodies: dict[int, bytes] = {}
+        try:
+            while True:
+                head = await reader.readexactly(9)
+                length = int.from_bytes(head[:3], "big")
+                kind, flags, sid = head[3], head[4], int.from_bytes(head[5:9], "big")
+                payload = await reader.readexactly(length)
+                if kind == HEADERS:
+                    self.open_now += 1
+                    self.most_open = max(self.most_open, self.open_now)
+                elif kind == DATA:
+                    bodies[sid] = bodies.get(sid, b"") + payload
+                    if flags & END_STREAM:
+                        asyncio.ensure_future(self.answer(writer, sid, bodies.pop(sid)))
+        except asyncio.IncompleteReadError:
+            writer.close()
+
+    async def answer(self, writer: asyncio.StreamWriter, sid: int, body: bytes) -> None:
+        await asyncio.sleep(self.delay)
+        block = self.encoder.encode([(":status", "200"), ("content-type", "application/grpc")])
+        trailers = self.encoder.encode([("grpc-status", "0")])
+        self.open_now -= 1
+        writer.write(frame(HEADERS, 0, sid, block[:1]) + frame(CONTINUATION, END_HEADERS, sid, block[1:])
+                     + frame(DATA, 0, sid, body) + frame(HEADERS, END_HEADERS | END_STREAM, sid, trailers))
+
+
+async def test_the_peers_stream_limit_is_kept_and_continuations_are_joined() -> None:
+    fake = FakeGrpcServer(delay=0.05)
+    server = await asyncio.start_server(fake.serve, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    c = await Connection.open(host, port)
+    await asyncio.sleep(0.1)  # the server's SETTINGS arrive
+    answers = await asyncio.gather(*(c.unary("/echo", b"m%d" % i, 5) for i in range(6)))
+    assert answers == [b"m%d" % i for i in range(6)]
+    assert fake.most_open == 1
     c.close()
     server.close()
