@@ -4,9 +4,10 @@ bidirectional stream) and against TCP peers that misbehave (no answer, no ping a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from urllib.parse import urlparse
 
 import hpack
@@ -107,6 +108,20 @@ async def test_a_stream_delivers_messages_until_cancelled(conn: Connection) -> N
     assert (await get(conn, prefix + b"0")).count == 1
 
 
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def peer(handler: Handler) -> AsyncIterator[tuple[str, int]]:
+    """A TCP server on a free local port that runs `handler` for each connection."""
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    try:
+        yield host, port
+    finally:
+        server.close()
+
+
 @pytest.fixture
 async def silent_peer() -> AsyncIterator[tuple[str, int, list[bytes]]]:
     """A TCP server that reads everything and answers nothing."""
@@ -117,10 +132,8 @@ async def silent_peer() -> AsyncIterator[tuple[str, int, list[bytes]]]:
             received.append(data)
         writer.close()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    host, port = server.sockets[0].getsockname()[:2]
-    yield host, port, received
-    server.close()
+    async with peer(serve) as (host, port):
+        yield host, port, received
 
 
 async def test_an_unanswered_call_ends_at_its_deadline(silent_peer: tuple[str, int, list[bytes]]) -> None:
@@ -147,29 +160,11 @@ async def test_a_peer_that_stops_answering_pings_is_dropped(silent_peer: tuple[s
     assert not c.usable
 
 
-async def test_a_closed_socket_fails_open_calls_and_later_ones() -> None:
-    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read(100)
-        writer.close()
-
-    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
-    host, port = server.sockets[0].getsockname()[:2]
-    c = await Connection.open(host, port)
-    with pytest.raises(GrpcError) as err:
-        await c.unary(RANGE, b"", 5)
-    assert err.value.code == StatusCode.UNAVAILABLE
-    with pytest.raises(GrpcError):
-        await c.unary(RANGE, b"", 5)
-    server.close()
-
-
 async def test_nobody_listening_is_an_os_error() -> None:
-    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    server.close()
-    await server.wait_closed()
+    async with peer(lambda r, w: asyncio.sleep(0)) as (host, port):
+        pass
     with pytest.raises(OSError):
-        await Connection.open("127.0.0.1", port)
+        await Connection.open(host, port)
 
 
 async def test_a_store_moves_on_from_a_connection_out_of_stream_ids(etcd_server: str) -> None:
@@ -187,24 +182,31 @@ async def test_a_store_moves_on_from_a_connection_out_of_stream_ids(etcd_server:
         await store.close()
 
 
-async def test_goaway_fails_the_calls_it_did_not_take() -> None:
-    async def go_away(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read(65536)
-        writer.write(frame(GOAWAY, 0, 0, (0).to_bytes(4, "big") + (0).to_bytes(4, "big") + b"shutting down"))
-        await writer.drain()
-        await reader.read(65536)
-        writer.close()
+async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.read(100)
+    writer.close()
 
-    server = await asyncio.start_server(go_away, "127.0.0.1", 0)
-    host, port = server.sockets[0].getsockname()[:2]
-    c = await Connection.open(host, port)
-    with pytest.raises(GrpcError) as err:
-        await c.unary(RANGE, b"", 5)
-    assert err.value.code == StatusCode.UNAVAILABLE
-    assert "shutting down" in err.value.details
-    assert not c.usable
-    c.close()
-    server.close()
+
+async def go_away(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.read(65536)
+    writer.write(frame(GOAWAY, 0, 0, (0).to_bytes(4, "big") + (0).to_bytes(4, "big") + b"shutting down"))
+    await writer.drain()
+    await reader.read(65536)
+    writer.close()
+
+
+@pytest.mark.parametrize(("handler", "why"), [(hang_up, "closed by peer"), (go_away, "shutting down")])
+async def test_a_peer_that_leaves_fails_open_calls_and_later_ones(handler: Handler, why: str) -> None:
+    async with peer(handler) as (host, port):
+        c = await Connection.open(host, port)
+        with pytest.raises(GrpcError) as err:
+            await c.unary(RANGE, b"", 5)
+        assert err.value.code == StatusCode.UNAVAILABLE
+        assert why in err.value.details
+        assert not c.usable
+        with pytest.raises(GrpcError):
+            await c.unary(RANGE, b"", 5)
+        c.close()
 
 
 class FakeGrpcServer:
@@ -249,12 +251,10 @@ class FakeGrpcServer:
 
 async def test_the_peers_stream_limit_is_kept_and_continuations_are_joined() -> None:
     fake = FakeGrpcServer(delay=0.05)
-    server = await asyncio.start_server(fake.serve, "127.0.0.1", 0)
-    host, port = server.sockets[0].getsockname()[:2]
-    c = await Connection.open(host, port)
-    await asyncio.sleep(0.1)  # the server's SETTINGS arrive
-    answers = await asyncio.gather(*(c.unary("/echo", b"m%d" % i, 5) for i in range(6)))
-    assert answers == [b"m%d" % i for i in range(6)]
-    assert fake.most_open == 1
-    c.close()
-    server.close()
+    async with peer(fake.serve) as (host, port):
+        c = await Connection.open(host, port)
+        await asyncio.sleep(0.1)  # the server's SETTINGS arrive
+        answers = await asyncio.gather(*(c.unary("/echo", b"m%d" % i, 5) for i in range(6)))
+        assert answers == [b"m%d" % i for i in range(6)]
+        assert fake.most_open == 1
+        c.close()

@@ -17,13 +17,12 @@ from scheduler.framework.interface import (
     Handle,
     NodeInfo,
     Obj,
-    Plugin,
     Status,
     pod_requests,
 )
 from scheduler.plugins.noderesources.scoring import (
     DEFAULT_RESOURCES,
-    GenerationMemo,
+    NodeScorerPlugin,
     ScorePlan,
     plan_values,
     score_plan,
@@ -32,13 +31,12 @@ from scheduler.plugins.noderesources.scoring import (
 _PRE_SCORE_KEY = "PreScoreNodeResourcesBalancedAllocation"
 
 
-class BalancedAllocation(Plugin):
+class BalancedAllocation(NodeScorerPlugin):
     name = "NodeResourcesBalancedAllocation"
 
     def __init__(self, args: Mapping[str, Any], handle: Handle) -> None:
         super().__init__(args, handle)
         self.resources = [(r["name"], 1) for r in args.get("resources") or DEFAULT_RESOURCES]
-        self._memo = GenerationMemo()
 
     def pre_score(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> Status | None:
         req = pod_requests(pod)
@@ -78,13 +76,6 @@ class BalancedAllocation(Plugin):
             return self.score(state, pod, ni)[0]
 
         return (pod_cpu, pod_mem), score
-
-    def score_nodes(self, state: CycleState, pod: Obj,
-                    nodes: list[NodeInfo]) -> tuple[list[int], Status | None]:
-        scorer = self.node_scorer(state, pod)
-        if scorer is None:
-            return super().score_nodes(state, pod, nodes)
-        return self._memo.values(*scorer, nodes), None
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [

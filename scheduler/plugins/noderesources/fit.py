@@ -15,7 +15,6 @@ from scheduler.framework.interface import (
     Handle,
     NodeInfo,
     Obj,
-    Plugin,
     PreFilterResult,
     QueueingHint,
     Resource,
@@ -24,7 +23,7 @@ from scheduler.framework.interface import (
 )
 from scheduler.plugins.noderesources.scoring import (
     DEFAULT_RESOURCES,
-    GenerationMemo,
+    NodeScorerPlugin,
     ScorePlan,
     least_requested,
     most_requested,
@@ -74,7 +73,7 @@ def insufficient_resources(pod_request: Resource, node_info: NodeInfo, ignored: 
     return reasons
 
 
-class Fit(Plugin):
+class Fit(NodeScorerPlugin):
     name = "NodeResourcesFit"
 
     def __init__(self, args: Mapping[str, Any], handle: Handle) -> None:
@@ -95,7 +94,6 @@ class Fit(Plugin):
             self._scorer = requested_to_capacity_ratio(shape)
         else:
             raise ValueError(f"scoring strategy {self.strategy} is not supported")
-        self._memo = GenerationMemo()
 
     def _requests(self, state: CycleState, pod: Obj) -> _PodRequests:
         r = state.get(_PRE_FILTER_KEY)
@@ -200,13 +198,6 @@ class Fit(Plugin):
             return (s_cpu * w_cpu + s_mem * w_mem) // weights
 
         return ("score", pod_cpu, pod_mem, w_cpu, w_mem), score
-
-    def score_nodes(self, state: CycleState, pod: Obj,
-                    nodes: list[NodeInfo]) -> tuple[list[int], Status | None]:
-        scorer = self.node_scorer(state, pod)
-        if scorer is None:
-            return super().score_nodes(state, pod, nodes)
-        return self._memo.values(*scorer, nodes), None
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [

@@ -5,7 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-from scheduler.framework.interface import MAX_NODE_SCORE, NodeInfo, Resource, is_scalar_resource
+from scheduler.framework.interface import (
+    MAX_NODE_SCORE,
+    CycleState,
+    Handle,
+    NodeInfo,
+    Obj,
+    Plugin,
+    Resource,
+    Status,
+    is_scalar_resource,
+)
 
 # Shape scores run 0..10 in the API; the scheduler scores 0..100.
 MAX_CUSTOM_PRIORITY_SCORE = 10
@@ -124,3 +134,19 @@ class GenerationMemo:
                     ni = nodes[i]
                     out[i] = memo[ni.generation] = score(ni)
         return out
+
+
+class NodeScorerPlugin(Plugin):
+    """A score plugin whose `node_scorer` also serves `score_nodes`, through a memo per pod shape (used when
+    the framework's per-position memo does not apply, e.g. some nodes were filtered out)."""
+
+    def __init__(self, args: Mapping[str, Any], handle: Handle) -> None:
+        super().__init__(args, handle)
+        self._memo = GenerationMemo()
+
+    def score_nodes(self, state: CycleState, pod: Obj,
+                    nodes: list[NodeInfo]) -> tuple[list[int], Status | None]:
+        scorer = self.node_scorer(state, pod)
+        if scorer is None:
+            return super().score_nodes(state, pod, nodes)
+        return self._memo.values(*scorer, nodes), None

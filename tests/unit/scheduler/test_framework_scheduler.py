@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.config import parse_config
 from scheduler.framework.interface import CycleState, NodeInfo, NominatingInfo, PodInfo
 from scheduler.scheduler import FitError, Scheduler, num_feasible_nodes_to_find
-from services.client import Client
 from tests.unit.scheduler.util import make_node, make_pod
 
 CP_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
@@ -19,14 +17,6 @@ CP_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedul
 ])
 def test_num_feasible_nodes_to_find(pct: int, nodes: int, expected: int) -> None:
     assert num_feasible_nodes_to_find(pct, nodes) == expected
-
-
-@pytest.fixture
-async def sched() -> Scheduler:
-    s = Scheduler(Client("http://127.0.0.1:9"), parse_config(None))
-    yield s
-    for c in (s.client, s.write_client, s.sink.client):
-        await c.close()
 
 
 def load(s: Scheduler, *nodes: dict, pods: tuple = ()) -> None:

@@ -8,24 +8,12 @@ from __future__ import annotations
 import random
 from array import array
 
-import pytest
-
-from scheduler.config import parse_config
 from scheduler.events import _micro_time
 from scheduler.framework.interface import CycleState, NodeInfo, pod_requests
 from scheduler.framework.runtime import PositionalMemo
 from scheduler.scheduler import Scheduler
-from services.client import Client
 from services.informers import micro_time
 from tests.unit.scheduler.util import make_node, make_pod
-
-
-@pytest.fixture
-async def sched() -> Scheduler:
-    s = Scheduler(Client("http://127.0.0.1:9"), parse_config(None))
-    yield s
-    for c in (s.client, s.write_client, s.sink.client):
-        await c.close()
 
 
 def _nodes(n: int) -> list[NodeInfo]:
