@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -39,6 +40,25 @@ async def eventually(fn: Callable[[], Awaitable[Any]], limit: float = 30.0, inte
             return last
         await asyncio.sleep(interval)
     raise AssertionError(f"timed out; last value: {last!r}")
+
+
+def hollow_kubelet_args(kubeconfig: Path, prefix: str, count: int = 1, *extra: str) -> list[str]:
+    """The command line of a kubelet process running `count` hollow nodes named `<prefix>-<i>`."""
+    return [sys.executable, "-m", "kubelet_agent", "--kubeconfig", str(kubeconfig), "--hollow-nodes", str(count),
+            "--hostname-override", prefix, "--healthz-port", "0", "--log-format", "console", *extra]
+
+
+@contextlib.contextmanager
+def hollow_kubelet_process(kubeconfig: Path, log_path: Path, prefix: str,
+                           count: int = 1) -> Iterator[subprocess.Popen[bytes]]:
+    """Hollow nodes for the duration of the block (the process logs to `log_path`)."""
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(hollow_kubelet_args(kubeconfig, prefix, count), cwd=REPO, stdout=log, stderr=log)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(15)
 
 
 def free_port() -> int:

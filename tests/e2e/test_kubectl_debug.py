@@ -7,59 +7,24 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import KUBECTL, REPO, Kubectl, free_port
+from tests.conftest import KUBECTL, Kubectl
 from tests.e2e.containerd_fixture import Containerd, containerd  # noqa: F401 - fixture
+from tests.e2e.kubelet_fixture import loopback_kubelet, wait
 
 NODE = "e2e-debug-0"
 
 
 @pytest.fixture(scope="module")
 def node(kubeconfig: Path, containerd: Containerd, kubectl: Kubectl) -> Iterator[int]:  # noqa: F811
-    """A kubelet whose API listens on loopback, so the apiserver can dial it for attach and logs."""
-    port = free_port()
-    base = containerd.base
-    log = open(base / "kubelet-debug.log", "ab")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kubelet_agent", "--kubeconfig", str(kubeconfig), "--hostname-override", NODE,
-         "--container-runtime-endpoint", containerd.endpoint, "--cni-conf-dir", str(containerd.cni_conf_dir),
-         "--node-netns", containerd.netns_path, "--node-ip", "127.0.0.1", "--root-dir", str(base / "kubelet"),
-         "--address", "127.0.0.1", "--port", str(port), "--healthz-port", "0", "--log-format", "console",
-         "--anonymous-auth"],
-        cwd=REPO, stdout=log, stderr=log)
-
-    def registered() -> bool:
-        if proc.poll() is not None:
-            tail = (base / "kubelet-debug.log").read_text(errors="replace")[-2000:]
-            raise AssertionError(f"kubelet exited with {proc.returncode}:\n{tail}")
-        result = kubectl.run("get", "node", NODE, "-o", "json", check=False)
-        return result.returncode == 0 and json.loads(result.stdout)["status"].get(
-            "daemonEndpoints", {}).get("kubeletEndpoint", {}).get("Port") == port
-
-    try:
-        wait(registered, 60)
+    with loopback_kubelet(kubeconfig, containerd, kubectl, NODE) as port:
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(20)
-
-
-def wait(fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out; last: {last!r}")
 
 
 def run_pod(kubectl: Kubectl, ns: str, name: str) -> None:

@@ -6,65 +6,24 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import KUBECTL, REPO, Kubectl, free_port
+from tests.conftest import KUBECTL, Kubectl, free_port
 from tests.e2e.containerd_fixture import Containerd, containerd  # noqa: F401 - fixture
+from tests.e2e.kubelet_fixture import loopback_kubelet, wait
 
 NODE = "e2e-exec-0"
 
 
 @pytest.fixture(scope="module")
 def node(kubeconfig: Path, containerd: Containerd, kubectl: Kubectl) -> Iterator[int]:  # noqa: F811
-    """A kubelet whose API listens on loopback (the node registers 127.0.0.1 so the apiserver can dial it)."""
-    port = free_port()
-    base = containerd.base
-    log = open(base / "kubelet-api.log", "ab")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kubelet_agent", "--kubeconfig", str(kubeconfig), "--hostname-override", NODE,
-         "--container-runtime-endpoint", containerd.endpoint, "--cni-conf-dir", str(containerd.cni_conf_dir),
-         "--node-netns", containerd.netns_path, "--node-ip", "127.0.0.1", "--root-dir", str(base / "kubelet"),
-         "--address", "127.0.0.1", "--port", str(port), "--healthz-port", "0", "--log-format", "console",
-         # The session's apiserver dials kubelets without a client certificate.
-         "--anonymous-auth"],
-        cwd=REPO, stdout=log, stderr=log)
-    def registered() -> bool:
-        if proc.poll() is not None:
-            tail = (base / "kubelet-api.log").read_text(errors="replace")[-2000:]
-            raise AssertionError(f"kubelet exited with {proc.returncode}:\n{tail}")
-        return _node_port(kubectl) == port
-
-    try:
-        wait(registered, 60)
+    with loopback_kubelet(kubeconfig, containerd, kubectl, NODE) as port:
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(20)
-
-
-def _node_port(kubectl: Kubectl) -> int | None:
-    result = kubectl.run("get", "node", NODE, "-o", "json", check=False)
-    if result.returncode != 0:
-        return None
-    return json.loads(result.stdout)["status"].get("daemonEndpoints", {}).get("kubeletEndpoint", {}).get("Port")
-
-
-def wait(fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out; last: {last!r}")
 
 
 def run_pod(kubectl: Kubectl, ns: str, name: str, command: str, *, ready: bool = True) -> None:

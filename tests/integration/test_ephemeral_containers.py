@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 
 from services.client import ApiError, Client, gvr
-from tests.conftest import REPO, Kubectl, eventually
+from tests.conftest import Kubectl, eventually, hollow_kubelet_process
 
 PODS = gvr("v1", "pods")
 NODE = "hollow-eph-0"
@@ -25,15 +24,8 @@ FORBIDDEN_FIELD = "Forbidden: cannot be set for an Ephemeral Container"
 
 @pytest.fixture(scope="module")
 def hollow_kubelet(kubeconfig: Path, workdir: Path) -> Iterator[subprocess.Popen[bytes]]:
-    log = open(workdir / "hollow-eph-kubelet.log", "ab")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kubelet_agent", "--kubeconfig", str(kubeconfig), "--hollow-nodes", "1",
-         "--hostname-override", "hollow-eph", "--healthz-port", "0", "--log-format", "console"],
-        cwd=REPO, stdout=log, stderr=log,
-    )
-    yield proc
-    proc.terminate()
-    proc.wait(15)
+    with hollow_kubelet_process(kubeconfig, workdir / "hollow-eph-kubelet.log", "hollow-eph", 1) as proc:
+        yield proc
 
 
 @pytest.fixture

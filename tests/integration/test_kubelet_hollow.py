@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import re
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import pytest
 
 from services.client import Client, NotFound, gvr
-from tests.conftest import REPO, eventually
+from tests.conftest import REPO, eventually, hollow_kubelet_args, hollow_kubelet_process
 
 PODS = gvr("v1", "pods")
 NODES = gvr("v1", "nodes", namespaced=False)
@@ -25,15 +24,8 @@ NODE = "hollow-it-0"
 
 @pytest.fixture(scope="module")
 def hollow_kubelet(kubeconfig: Path, workdir: Path) -> Iterator[subprocess.Popen[bytes]]:
-    log = open(workdir / "hollow-kubelet.log", "ab")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kubelet_agent", "--kubeconfig", str(kubeconfig), "--hollow-nodes", "2",
-         "--hostname-override", "hollow-it", "--healthz-port", "0", "--log-format", "console"],
-        cwd=REPO, stdout=log, stderr=log,
-    )
-    yield proc
-    proc.terminate()
-    proc.wait(15)
+    with hollow_kubelet_process(kubeconfig, workdir / "hollow-kubelet.log", "hollow-it", 2) as proc:
+        yield proc
 
 
 @pytest.fixture
@@ -268,9 +260,8 @@ async def test_hard_threshold_evicts_best_effort_first_and_refuses_new_ones(
         await client.create(PODS, p, unique_ns)
     log = await asyncio.to_thread(open, workdir / "hollow-eviction.log", "ab")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "kubelet_agent", "--kubeconfig", str(kubeconfig), "--hollow-nodes", "1",
-        "--hostname-override", "hollow-ev", "--healthz-port", "0", "--log-format", "console",
-        "--eviction-hard", "memory.available<1000Ti", "--housekeeping-interval", "3s",
+        *hollow_kubelet_args(kubeconfig, "hollow-ev", 1, "--eviction-hard", "memory.available<1000Ti",
+                             "--housekeeping-interval", "3s"),
         cwd=REPO, stdout=log, stderr=log,
     )
     try:

@@ -8,7 +8,6 @@ deterministic.
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 
 from services.client import Client, gvr
-from tests.conftest import REPO, eventually
+from tests.conftest import REPO, eventually, hollow_kubelet_args
 
 PODS = gvr("v1", "pods")
 NODES = gvr("v1", "nodes", namespaced=False)
@@ -51,8 +50,7 @@ async def test_soft_threshold_waits_its_grace_period_then_reclaims_by_usage(
         await client.create(PODS, p, unique_ns)
     log = await asyncio.to_thread(open, workdir / "hollow-soft-eviction.log", "ab")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "kubelet_agent", "--kubeconfig", str(kubeconfig), "--hollow-nodes", "1",
-        "--hostname-override", "hollow-soft", "--healthz-port", "0", "--log-format", "console",
+        *hollow_kubelet_args(kubeconfig, "hollow-soft", 1),
         "--eviction-soft", "memory.available<4Gi", "--eviction-soft-grace-period", f"memory.available={GRACE:g}s",
         "--eviction-minimum-reclaim", "memory.available=7Gi", "--eviction-max-pod-grace-period", "5",
         "--housekeeping-interval", "1s",
