@@ -27,7 +27,8 @@ ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 
 
-async def eventually(fn: Callable[[], Awaitable[Any]], limit: float = 30.0, interval: float = 0.2) -> Any:
+async def eventually(fn: Callable[[], Awaitable[Any]], limit: float = 30.0, interval: float = 0.2,
+                     what: str = "") -> Any:
     """The first truthy value `fn` returns within `limit` seconds (NotFound counts as not yet)."""
     deadline = asyncio.get_running_loop().time() + limit
     last: Any = None
@@ -39,7 +40,7 @@ async def eventually(fn: Callable[[], Awaitable[Any]], limit: float = 30.0, inte
         if last:
             return last
         await asyncio.sleep(interval)
-    raise AssertionError(f"timed out; last value: {last!r}")
+    raise AssertionError(f"timed out{' waiting for ' + what if what else ''}; last value: {last!r}")
 
 
 def hollow_kubelet_args(kubeconfig: Path, prefix: str, count: int = 1, *extra: str) -> list[str]:

@@ -43,6 +43,7 @@ import pytest
 from services.api.meta import now_rfc3339
 from services.client import AlreadyExists, Client, gvr
 from tests.conftest import REPO, Etcd, Kubectl, start_apiserver, start_etcd_cluster
+from tests.conftest import eventually as shared_eventually
 
 PODS = gvr("v1", "pods")
 NODES = gvr("v1", "nodes", namespaced=False)
@@ -212,15 +213,8 @@ def unique_ns(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
 
 
 async def eventually(check: Callable[[], Awaitable[Any]], within: float = 40, what: str = "") -> Any:
-    """Poll `check` until it returns something truthy."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what or check}: last={last!r}")
+    """The shared poll, with this module's longer default: whole clusters take longer to settle."""
+    return await shared_eventually(check, within, what=what)
 
 
 async def register_nodes(client: Client, names: list[str], labels: dict[str, str] | None = None,
