@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import REPO, Kubectl
 from tests.e2e.containerd_fixture import Containerd, containerd  # noqa: F401 - fixture
+from tests.e2e.kubelet_fixture import wait
 
 NODE = "e2e-real-0"
 
@@ -47,17 +48,6 @@ def kubelet(kubeconfig: Path, containerd: Containerd) -> Iterator[KubeletProcess
     k.start()
     yield k
     k.stop()
-
-
-def wait(fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out; last: {last!r}")
 
 
 def apply(kubectl: Kubectl, ns: str, pod: dict[str, Any]) -> None:
