@@ -21,25 +21,13 @@ from scheduler.config import SchedulerConfig
 from scheduler.events import EventSink, Recorder
 from scheduler.framework import metrics
 from scheduler.framework.cache import Cache
-from scheduler.framework.interface import (
-    ActionType,
-    ClusterEvent,
-    ClusterEventWithHint,
-    Code,
-    CycleState,
-    EventResource,
-    NodeInfo,
-    NodeToStatus,
-    NominatingInfo,
-    Obj,
-    Plugin,
-    QueuedPodInfo,
-    Snapshot,
-    Status,
-    pod_requests,
-)
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import ActionType, ClusterEvent, ClusterEventWithHint, EventResource
+from scheduler.framework.interface import Code, NodeToStatus, NominatingInfo, Plugin, Status
 from scheduler.framework.queue import SchedulingQueue
 from scheduler.framework.runtime import Framework, WaitingPodImpl
+from scheduler.framework.snapshot import Snapshot
+from scheduler.framework.types import NodeInfo, Obj, QueuedPodInfo, pod_requests
 from services.api.catalog import Catalog
 from services.client import ApiError, Client, NotFound, gvr
 from services.informers import SharedInformerFactory

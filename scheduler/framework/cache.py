@@ -15,15 +15,9 @@ from collections.abc import Callable
 import structlog
 
 from scheduler.framework import metrics
-from scheduler.framework.interface import (
-    ImageStateSummary,
-    NodeInfo,
-    Obj,
-    PodInfo,
-    Snapshot,
-    next_generation,
-)
 from scheduler.framework.podindex import PodIndex
+from scheduler.framework.snapshot import Snapshot
+from scheduler.framework.types import ImageStateSummary, NodeInfo, Obj, PodInfo, next_generation
 
 log = structlog.get_logger(__name__)
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from services.api.selectors import LabelSelector
 
 if TYPE_CHECKING:
-    from scheduler.framework.interface import AffinityTerm, PodInfo
+    from scheduler.framework.types import AffinityTerm, PodInfo
 
 LabelKey = tuple[str, str, str]
 TopologyPair = tuple[str, str]

@@ -19,19 +19,9 @@ from typing import Any
 import structlog
 
 from scheduler.framework import metrics
-from scheduler.framework.interface import (
-    ActionType,
-    ClusterEvent,
-    ClusterEventWithHint,
-    EventResource,
-    NominatingInfo,
-    Obj,
-    PodInfo,
-    QueuedPodInfo,
-    QueueingHint,
-    Status,
-    is_success,
-)
+from scheduler.framework.events import ActionType, ClusterEvent, ClusterEventWithHint, EventResource, QueueingHint
+from scheduler.framework.interface import NominatingInfo, Status, is_success
+from scheduler.framework.types import Obj, PodInfo, QueuedPodInfo
 
 log = structlog.get_logger(__name__)
 

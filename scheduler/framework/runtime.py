@@ -12,26 +12,22 @@ from typing import TYPE_CHECKING
 import structlog
 
 from scheduler.framework import registry
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import ClusterEventWithHint
 from scheduler.framework.interface import (
     MAX_NODE_SCORE,
     MIN_NODE_SCORE,
-    ClusterEventWithHint,
     Code,
-    CycleState,
     EventRecorder,
-    NodeInfo,
     NodeToStatus,
-    Obj,
     Plugin,
-    PodInfo,
     PodNominator,
     PostFilterResult,
     PreFilterResult,
-    QueuedPodInfo,
-    Snapshot,
     Status,
-    pod_priority,
 )
+from scheduler.framework.snapshot import Snapshot
+from scheduler.framework.types import NodeInfo, Obj, PodInfo, QueuedPodInfo, pod_priority
 
 if TYPE_CHECKING:
     from scheduler.config import ProfileConfig

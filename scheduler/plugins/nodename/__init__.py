@@ -1,39 +1,5 @@
 """NodeName: a pod that names its node (`spec.nodeName`) fits only that node."""
 
-from __future__ import annotations
+from scheduler.plugins.nodename.node_name import ERR_REASON, NodeName
 
-from scheduler.framework.interface import (
-    ActionType,
-    ClusterEvent,
-    ClusterEventWithHint,
-    CycleState,
-    EventResource,
-    NodeInfo,
-    Obj,
-    Plugin,
-    Status,
-)
-
-ERR_REASON = "node(s) didn't match the requested node name"
-
-
-def fits(pod: Obj, node_info: NodeInfo) -> bool:
-    wanted = (pod.get("spec") or {}).get("nodeName")
-    return not wanted or wanted == node_info.name
-
-
-class NodeName(Plugin):
-    name = "NodeName"
-
-    def filter(self, state: CycleState, pod: Obj, node_info: NodeInfo) -> Status | None:
-        if fits(pod, node_info):
-            return None
-        return Status.unresolvable(ERR_REASON)
-
-    def filter_nodes(self, state: CycleState, pod: Obj, nodes: list[NodeInfo]) -> list[Status | None]:
-        if not (pod.get("spec") or {}).get("nodeName"):
-            return [None] * len(nodes)
-        return super().filter_nodes(state, pod, nodes)
-
-    def events_to_register(self) -> list[ClusterEventWithHint]:
-        return [ClusterEventWithHint(ClusterEvent(EventResource.NODE, ActionType.ADD))]
+__all__ = ["ERR_REASON", "NodeName"]

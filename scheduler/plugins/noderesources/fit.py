@@ -5,22 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
-from scheduler.framework.interface import (
-    MAX_NODE_SCORE,
-    ActionType,
-    ClusterEvent,
-    ClusterEventWithHint,
-    CycleState,
-    EventResource,
-    Handle,
-    NodeInfo,
-    Obj,
-    PreFilterResult,
-    QueueingHint,
-    Resource,
-    Status,
-    pod_requests,
-)
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import ActionType, ClusterEvent, ClusterEventWithHint, EventResource, QueueingHint
+from scheduler.framework.interface import MAX_NODE_SCORE, Handle, PreFilterResult, Status
+from scheduler.framework.types import NodeInfo, Obj, Resource, pod_requests
 from scheduler.plugins.noderesources.scoring import (
     DEFAULT_RESOURCES,
     NodeScorerPlugin,

@@ -5,17 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-from scheduler.framework.interface import (
-    MAX_NODE_SCORE,
-    CycleState,
-    Handle,
-    NodeInfo,
-    Obj,
-    Plugin,
-    Resource,
-    Status,
-    is_scalar_resource,
-)
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.interface import MAX_NODE_SCORE, Handle, Plugin, Status
+from scheduler.framework.types import NodeInfo, Obj, Resource, is_scalar_resource
 
 # Shape scores run 0..10 in the API; the scheduler scores 0..100.
 MAX_CUSTOM_PRIORITY_SCORE = 10

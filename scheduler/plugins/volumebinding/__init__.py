@@ -1,6 +1,6 @@
 """VolumeBinding: PersistentVolumeClaims bound, matched or provisioned for the chosen node."""
 
-from scheduler.plugins.volumebinding.plugin import (
+from scheduler.plugins.volumebinding.volume_binding import (
     ERR_REASON_BIND_CONFLICT,
     ERR_REASON_NODE_CONFLICT,
     ERR_REASON_NOT_ENOUGH_SPACE,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from scheduler.framework.cache import Cache, NodeTree
-from scheduler.framework.interface import CycleState, Snapshot
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.snapshot import Snapshot
 from scheduler.plugins.noderesources import Fit
 from tests.unit.scheduler.util import make_node, make_pod
 

@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-from scheduler.framework.interface import (
-    ActionType,
-    ClusterEvent,
-    Code,
-    CycleState,
-    EventResource,
-    HostPortInfo,
-    NodeInfo,
-    NodeToStatus,
-    PodInfo,
-    Snapshot,
-    Status,
-    normalized_image_name,
-    pod_requests,
-)
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import ActionType, ClusterEvent, EventResource
+from scheduler.framework.interface import Code, NodeToStatus, Status
+from scheduler.framework.snapshot import Snapshot
+from scheduler.framework.types import HostPortInfo, NodeInfo, PodInfo, normalized_image_name, pod_requests
 from tests.unit.scheduler.util import make_node, make_pod
 
 

@@ -8,14 +8,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from scheduler.framework.interface import CycleState, NodeInfo, NodeScore, Plugin
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.interface import NodeScore, Plugin
+from scheduler.framework.types import NodeInfo
 from scheduler.plugins.interpodaffinity import InterPodAffinity
-from scheduler.plugins.interpodaffinity.plugin import PRE_SCORE_STATE_KEY as IPA_KEY
-from scheduler.plugins.interpodaffinity.plugin import PreScoreState as IpaScore
+from scheduler.plugins.interpodaffinity.inter_pod_affinity import PRE_SCORE_STATE_KEY as IPA_KEY
+from scheduler.plugins.interpodaffinity.inter_pod_affinity import PreScoreState as IpaScore
 from scheduler.plugins.nodeaffinity import NodeAffinity
 from scheduler.plugins.podtopologyspread import PodTopologySpread
-from scheduler.plugins.podtopologyspread.plugin import PRE_SCORE_STATE_KEY as PTS_KEY
-from scheduler.plugins.podtopologyspread.plugin import PreScoreState as PtsScore
+from scheduler.plugins.podtopologyspread.pod_topology_spread import PRE_SCORE_STATE_KEY as PTS_KEY
+from scheduler.plugins.podtopologyspread.pod_topology_spread import PreScoreState as PtsScore
 from scheduler.plugins.tainttoleration import TaintToleration
 from tests.unit.scheduler.util import make_node, make_pod
 

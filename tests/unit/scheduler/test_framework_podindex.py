@@ -7,8 +7,9 @@ import random
 from typing import Any
 
 from scheduler.framework.cache import Cache
-from scheduler.framework.interface import PodInfo, Snapshot
 from scheduler.framework.podindex import PodIndex, term_key
+from scheduler.framework.snapshot import Snapshot
+from scheduler.framework.types import PodInfo
 from services.api.selectors import LabelSelector
 from tests.unit.scheduler.util import make_node, make_pod
 

@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-from scheduler.framework.interface import (
-    ActionType,
-    ClusterEvent,
-    ClusterEventWithHint,
-    EventResource,
-    NominatingInfo,
-    PodInfo,
-    QueuedPodInfo,
-    QueueingHint,
-    Status,
-)
+from scheduler.framework.events import ActionType, ClusterEvent, ClusterEventWithHint, EventResource, QueueingHint
+from scheduler.framework.interface import NominatingInfo, Status
 from scheduler.framework.queue import SchedulingQueue
+from scheduler.framework.types import PodInfo, QueuedPodInfo
 from scheduler.plugins.queuesort import PrioritySort
 from scheduler.plugins.schedulinggates import SchedulingGates
 from tests.unit.scheduler.util import make_pod

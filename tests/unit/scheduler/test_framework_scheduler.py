@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.framework.interface import CycleState, NodeInfo, NominatingInfo, PodInfo
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.interface import NominatingInfo
+from scheduler.framework.types import NodeInfo, PodInfo
 from scheduler.scheduler import FitError, Scheduler, num_feasible_nodes_to_find
 from tests.unit.scheduler.util import make_node, make_pod
 

@@ -9,8 +9,9 @@ import random
 from array import array
 
 from scheduler.events import _micro_time
-from scheduler.framework.interface import CycleState, NodeInfo, pod_requests
+from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.runtime import PositionalMemo
+from scheduler.framework.types import NodeInfo, pod_requests
 from scheduler.scheduler import Scheduler
 from services.informers import micro_time
 from tests.unit.scheduler.util import make_node, make_pod

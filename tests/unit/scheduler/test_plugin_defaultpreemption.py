@@ -7,10 +7,13 @@ from typing import Any
 import pytest
 
 from scheduler.config import ProfileConfig
-from scheduler.framework.interface import Code, CycleState, NodeInfo, NodeToStatus, PodInfo, Snapshot, Status
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.interface import Code, NodeToStatus, Status
 from scheduler.framework.queue import Nominator
 from scheduler.framework.runtime import Framework
-from scheduler.plugins.defaultpreemption.plugin import (
+from scheduler.framework.snapshot import Snapshot
+from scheduler.framework.types import NodeInfo, PodInfo
+from scheduler.plugins.defaultpreemption.default_preemption import (
     Candidate,
     filter_pods_with_pdb_violation,
     pick_one_node_for_preemption,

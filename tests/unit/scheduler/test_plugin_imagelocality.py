@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 from scheduler.framework.cache import Cache
-from scheduler.framework.interface import CycleState, Snapshot
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.snapshot import Snapshot
 from scheduler.plugins.imagelocality import ImageLocality
 from tests.unit.scheduler.util import FakeHandle, make_node, make_pod
 

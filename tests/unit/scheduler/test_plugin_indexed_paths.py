@@ -10,15 +10,17 @@ from typing import Any
 
 import pytest
 
-from scheduler.framework.interface import CycleState, NodeInfo, PodInfo, Snapshot
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.snapshot import Snapshot
+from scheduler.framework.types import NodeInfo, PodInfo
 from scheduler.plugins.interpodaffinity import InterPodAffinity
-from scheduler.plugins.interpodaffinity.plugin import PRE_FILTER_STATE_KEY as IPA_KEY
-from scheduler.plugins.interpodaffinity.plugin import PRE_SCORE_STATE_KEY as IPA_SCORE_KEY
-from scheduler.plugins.interpodaffinity.plugin import PreFilterState as IpaState
-from scheduler.plugins.interpodaffinity.plugin import _NsLabelCache
+from scheduler.plugins.interpodaffinity.inter_pod_affinity import PRE_FILTER_STATE_KEY as IPA_KEY
+from scheduler.plugins.interpodaffinity.inter_pod_affinity import PRE_SCORE_STATE_KEY as IPA_SCORE_KEY
+from scheduler.plugins.interpodaffinity.inter_pod_affinity import PreFilterState as IpaState
+from scheduler.plugins.interpodaffinity.inter_pod_affinity import _NsLabelCache
 from scheduler.plugins.podtopologyspread import PodTopologySpread
-from scheduler.plugins.podtopologyspread.plugin import PRE_FILTER_STATE_KEY as PTS_KEY
-from scheduler.plugins.podtopologyspread.plugin import count_pods_match_selector
+from scheduler.plugins.podtopologyspread.pod_topology_spread import PRE_FILTER_STATE_KEY as PTS_KEY
+from scheduler.plugins.podtopologyspread.pod_topology_spread import count_pods_match_selector
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"

@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-from scheduler.framework.interface import Code, CycleState, NodeInfo, NodeScore, PodInfo, Snapshot
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.interface import Code, NodeScore
+from scheduler.framework.snapshot import Snapshot
+from scheduler.framework.types import NodeInfo, PodInfo
 from scheduler.plugins.interpodaffinity import (
     ERR_REASON_AFFINITY_RULES_NOT_MATCH,
     ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH,

@@ -2,7 +2,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.framework.interface import Code, CycleState, NodeInfo, NodeScore, QueueingHint
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import QueueingHint
+from scheduler.framework.interface import Code, NodeScore
+from scheduler.framework.types import NodeInfo
 from scheduler.plugins.nodeaffinity import NodeAffinity
 from tests.unit.scheduler.util import make_node, make_pod
 

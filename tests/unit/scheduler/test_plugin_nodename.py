@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from scheduler.framework.interface import Code, CycleState, NodeInfo
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.interface import Code
+from scheduler.framework.types import NodeInfo
 from scheduler.plugins.nodename import NodeName
 from tests.unit.scheduler.util import make_node, make_pod
 

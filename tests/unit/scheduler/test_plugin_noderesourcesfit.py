@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.framework.interface import Code, CycleState, NodeInfo
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.interface import Code
+from scheduler.framework.types import NodeInfo
 from scheduler.plugins.noderesources import Fit
-from scheduler.plugins.noderesources.balanced import BalancedAllocation
+from scheduler.plugins.noderesources.balanced_allocation import BalancedAllocation
 from scheduler.plugins.noderesources.scoring import broken_linear
 from tests.unit.scheduler.util import make_node, make_pod, node_info
 

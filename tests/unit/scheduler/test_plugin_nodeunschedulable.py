@@ -1,6 +1,9 @@
 from __future__ import annotations
 
-from scheduler.framework.interface import Code, CycleState, NodeInfo, QueueingHint
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import QueueingHint
+from scheduler.framework.interface import Code
+from scheduler.framework.types import NodeInfo
 from scheduler.plugins.nodeunschedulable import NodeUnschedulable
 from tests.unit.scheduler.util import make_node, make_pod
 

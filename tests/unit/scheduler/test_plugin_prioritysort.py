@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import random
 
-from scheduler.framework.interface import PodInfo, QueuedPodInfo
 from scheduler.framework.queue import SchedulingQueue
+from scheduler.framework.types import PodInfo, QueuedPodInfo
 from scheduler.plugins.queuesort import PrioritySort
 from tests.unit.scheduler.util import make_pod
 

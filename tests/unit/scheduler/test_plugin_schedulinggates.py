@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from scheduler.framework.interface import Code, QueueingHint
+from scheduler.framework.events import QueueingHint
+from scheduler.framework.interface import Code
 from scheduler.plugins.schedulinggates import SchedulingGates
 from tests.unit.scheduler.util import make_pod
 

@@ -6,7 +6,10 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from scheduler.framework.interface import Code, CycleState, NodeInfo, PodInfo, Snapshot
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.interface import Code
+from scheduler.framework.snapshot import Snapshot
+from scheduler.framework.types import NodeInfo, PodInfo
 from scheduler.plugins.volumebinding import (
     ERR_REASON_BIND_CONFLICT,
     ERR_REASON_NODE_CONFLICT,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from scheduler.framework.interface import NodeInfo, Snapshot
+from scheduler.framework.snapshot import Snapshot
+from scheduler.framework.types import NodeInfo
 
 _uids = itertools.count(1)
 

@@ -6,20 +6,10 @@ import math
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
-from scheduler.framework.interface import (
-    MAX_NODE_SCORE,
-    ActionType,
-    ClusterEvent,
-    ClusterEventWithHint,
-    Code,
-    CycleState,
-    EventResource,
-    Handle,
-    NodeInfo,
-    Obj,
-    Status,
-    pod_requests,
-)
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import ActionType, ClusterEvent, ClusterEventWithHint, EventResource
+from scheduler.framework.interface import MAX_NODE_SCORE, Code, Handle, Status
+from scheduler.framework.types import NodeInfo, Obj, pod_requests
 from scheduler.plugins.noderesources.scoring import (
     DEFAULT_RESOURCES,
     NodeScorerPlugin,

@@ -16,27 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from scheduler.framework.interface import (
-    MAX_NODE_SCORE,
-    ActionType,
-    AffinityTerm,
-    ClusterEvent,
-    ClusterEventWithHint,
-    Code,
-    CycleState,
-    EventResource,
-    Handle,
-    NodeInfo,
-    NodeScore,
-    Obj,
-    Plugin,
-    PodInfo,
-    PreFilterResult,
-    Snapshot,
-    Status,
-    WeightedAffinityTerm,
-)
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import ActionType, ClusterEvent, ClusterEventWithHint, EventResource
+from scheduler.framework.interface import MAX_NODE_SCORE, Code, Handle, NodeScore, Plugin, PreFilterResult, Status
 from scheduler.framework.podindex import TermCounts, TermKey
+from scheduler.framework.snapshot import Snapshot
+from scheduler.framework.types import AffinityTerm, NodeInfo, Obj, PodInfo, WeightedAffinityTerm
 
 NAME = "InterPodAffinity"
 PRE_FILTER_STATE_KEY = "PreFilter" + NAME

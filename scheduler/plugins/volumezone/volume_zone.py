@@ -9,20 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.framework.interface import (
-    ActionType,
-    ClusterEvent,
-    ClusterEventWithHint,
-    Code,
-    CycleState,
-    EventResource,
-    Handle,
-    NodeInfo,
-    Obj,
-    Plugin,
-    PreFilterResult,
-    Status,
-)
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import ActionType, ClusterEvent, ClusterEventWithHint, EventResource
+from scheduler.framework.interface import Code, Handle, Plugin, PreFilterResult, Status
+from scheduler.framework.types import NodeInfo, Obj
 from services.api.storage import object_class
 from services.client import GVR
 

@@ -18,24 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.framework.interface import (
-    MAX_NODE_SCORE,
-    ActionType,
-    ClusterEvent,
-    ClusterEventWithHint,
-    Code,
-    CycleState,
-    EventResource,
-    Handle,
-    NodeInfo,
-    NodeScore,
-    Obj,
-    Plugin,
-    PodInfo,
-    PreFilterResult,
-    Snapshot,
-    Status,
-)
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import ActionType, ClusterEvent, ClusterEventWithHint, EventResource
+from scheduler.framework.interface import MAX_NODE_SCORE, Code, Handle, NodeScore, Plugin, PreFilterResult, Status
+from scheduler.framework.snapshot import Snapshot
+from scheduler.framework.types import NodeInfo, Obj, PodInfo
 from scheduler.plugins.helper import find_untolerated_taint, node_selector_matches
 from services.api.selectors import LabelSelector, Requirement
 from services.client import GVR

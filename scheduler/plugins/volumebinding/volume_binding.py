@@ -19,21 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.framework.interface import (
-    ActionType,
-    ClusterEvent,
-    ClusterEventWithHint,
-    Code,
-    CycleState,
-    EventResource,
-    Handle,
-    NodeInfo,
-    Obj,
-    Plugin,
-    PreFilterResult,
-    Status,
-    quantity_value,
-)
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import ActionType, ClusterEvent, ClusterEventWithHint, EventResource
+from scheduler.framework.interface import Code, Handle, Plugin, PreFilterResult, Status
+from scheduler.framework.types import NodeInfo, Obj, quantity_value
 from scheduler.plugins.helper import node_selector_matches
 from services.api.selectors import LabelSelector
 from services.api.storage import ANN_SELECTED_NODE, object_class

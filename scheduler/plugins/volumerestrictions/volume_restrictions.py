@@ -10,21 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.framework.interface import (
-    ActionType,
-    ClusterEvent,
-    ClusterEventWithHint,
-    Code,
-    CycleState,
-    EventResource,
-    Handle,
-    NodeInfo,
-    Obj,
-    Plugin,
-    PodInfo,
-    PreFilterResult,
-    Status,
-)
+from scheduler.framework.cycle_state import CycleState
+from scheduler.framework.events import ActionType, ClusterEvent, ClusterEventWithHint, EventResource
+from scheduler.framework.interface import Code, Handle, Plugin, PreFilterResult, Status
+from scheduler.framework.types import NodeInfo, Obj, PodInfo
 from services.client import GVR
 
 NAME = "VolumeRestrictions"

@@ -17,21 +17,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.interface import (
     Code,
-    CycleState,
     Handle,
-    NodeInfo,
     NodeToStatus,
     NominatingInfo,
-    Obj,
     Plugin,
-    PodInfo,
     PostFilterResult,
     Status,
     is_success,
-    pod_priority,
 )
+from scheduler.framework.types import NodeInfo, Obj, PodInfo, pod_priority
 from services.api.selectors import LabelSelector
 from services.client import GVR, ApiError, NotFound
 
