@@ -11,6 +11,7 @@ import yaml
 
 from scheduler.framework import registry
 from scheduler.framework.interface import implements
+from scheduler.framework.runtime import ProfileConfig
 
 API_VERSION = "kubescheduler.config.k8s.io/v1"
 KIND = "KubeSchedulerConfiguration"
@@ -68,15 +69,6 @@ DEFAULT_PLUGIN_ARGS: dict[str, dict[str, Any]] = {
 
 class ConfigError(ValueError):
     pass
-
-
-@dataclass
-class ProfileConfig:
-    scheduler_name: str
-    # extension point -> [(plugin name, weight)] after merging with defaults and expanding multiPoint
-    plugins: dict[str, list[tuple[str, int]]]
-    plugin_args: dict[str, dict[str, Any]]
-    percentage_of_nodes_to_score: int | None = None
 
 
 @dataclass

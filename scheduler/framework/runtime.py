@@ -7,7 +7,8 @@ import itertools
 import operator
 from array import array
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -30,13 +31,23 @@ from scheduler.framework.snapshot import Snapshot
 from scheduler.framework.types import NodeInfo, Obj, PodInfo, QueuedPodInfo, pod_priority
 
 if TYPE_CHECKING:
-    from scheduler.config import ProfileConfig
     from services.client import Client
     from services.informers import SharedInformerFactory
 
 log = structlog.get_logger(__name__)
 
 MAX_PERMIT_TIMEOUT = 15 * 60.0
+
+
+@dataclass
+class ProfileConfig:
+    """One profile as the framework runs it (scheduler.config builds it from KubeSchedulerConfiguration)."""
+
+    scheduler_name: str
+    # extension point -> [(plugin name, weight)] after merging with defaults and expanding multiPoint
+    plugins: dict[str, list[tuple[str, int]]]
+    plugin_args: dict[str, dict[str, Any]]
+    percentage_of_nodes_to_score: int | None = None
 
 
 class _Unusable(Exception):

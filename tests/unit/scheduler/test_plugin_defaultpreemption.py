@@ -6,11 +6,10 @@ from typing import Any
 
 import pytest
 
-from scheduler.config import ProfileConfig
 from scheduler.framework.cycle_state import CycleState
 from scheduler.framework.interface import Code, NodeToStatus, Status
 from scheduler.framework.queue import Nominator
-from scheduler.framework.runtime import Framework
+from scheduler.framework.runtime import Framework, ProfileConfig
 from scheduler.framework.snapshot import Snapshot
 from scheduler.framework.types import NodeInfo, PodInfo
 from scheduler.plugins.defaultpreemption.default_preemption import (
