@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
 from apiserver.registry.apiextensions import CLEANUP_FINALIZER, accepted_status, served_resources
-from apiserver.registry.store import DeleteOptions, ListOptions, RESTStore, WriteOptions
+from apiserver.registry.store import DeleteOptions, ListOptions, RESTStore, ServerContext, WriteOptions
 from apiserver.registry.strategies import strategy_for
 from apiserver.storage.cache import Watcher
 from services.api import errors
-
-if TYPE_CHECKING:
-    from apiserver.server import APIServer
+from services.api.catalog import Catalog
 
 log = structlog.get_logger("apiserver.customresources")
 
@@ -26,10 +24,13 @@ Obj = dict[str, Any]
 class CustomResourceServer:
     """Adds, changes and removes the catalog entries CRDs ask for."""
 
-    def __init__(self, server: APIServer, on_change: Callable[[], None]) -> None:
-        self.server = server
+    def __init__(self, catalog: Catalog, stores: dict[tuple[str, str, str], RESTStore], ctx: ServerContext,
+                 on_change: Callable[[], None]) -> None:
+        self.catalog = catalog
+        self.stores = stores
+        self.ctx = ctx
         self.on_change = on_change
-        self.crds = server.store("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        self.crds = stores[("apiextensions.k8s.io", "v1", "customresourcedefinitions")]
         self._served: dict[str, list[tuple[str, str, str]]] = {}
         self._task: asyncio.Task[None] | None = None
         self._cleanups: dict[str, asyncio.Task[None]] = {}
@@ -66,7 +67,7 @@ class CustomResourceServer:
         spec = crd.get("spec") or {}
         group, names = spec.get("group"), spec.get("names") or {}
         name = crd["metadata"]["name"]
-        for res in self.server.catalog:
+        for res in self.catalog:
             if res.group != group:
                 continue
             owner = f"{res.plural}.{res.group}"
@@ -94,25 +95,24 @@ class CustomResourceServer:
                 self._cleanups[name] = asyncio.get_running_loop().create_task(self._cleanup(name))
 
     def _serve(self, name: str, crd: Obj) -> None:
-        server = self.server
         resources = served_resources(crd)
         keys = [(r.group, r.version, r.plural) for r in resources]
         for key in self._served.get(name, []):
             if key not in keys:
-                server.catalog.remove(*key)
-                server.stores.pop(key, None)
+                self.catalog.remove(*key)
+                self.stores.pop(key, None)
         for res in resources:
             key = (res.group, res.version, res.plural)
-            server.catalog.add(res)
-            server.stores[key] = RESTStore(res, strategy_for(res), server.ctx)
+            self.catalog.add(res)
+            self.stores[key] = RESTStore(res, strategy_for(res), self.ctx)
         self._served[name] = keys
         self.on_change()
         log.info("serving custom resource", crd=name, versions=[k[1] for k in keys])
 
     def _unserve(self, name: str) -> None:
         for key in self._served.pop(name, []):
-            self.server.catalog.remove(*key)
-            self.server.stores.pop(key, None)
+            self.catalog.remove(*key)
+            self.stores.pop(key, None)
         self.on_change()
         log.info("stopped serving custom resource", crd=name)
 
@@ -130,7 +130,7 @@ class CustomResourceServer:
     async def _cleanup(self, name: str) -> None:
         """Delete every object of a CRD being deleted, then let the CRD go (upstream's finalizer)."""
         for key in list(self._served.get(name, [])):
-            store = self.server.stores.get(key)
+            store = self.stores.get(key)
             if store is None or store.res.version != store.res.stored_version:
                 continue
             while True:

@@ -80,7 +80,8 @@ class APIServer:
         for res in self.catalog:
             self.stores[(res.group, res.version, res.plural)] = RESTStore(res, strategy_for(res), self.ctx)
         self.on_catalog_change: Callable[[], None] = lambda: None
-        self.custom_resources = CustomResourceServer(self, lambda: self.on_catalog_change())
+        self.custom_resources = CustomResourceServer(self.catalog, self.stores, self.ctx,
+                                                     lambda: self.on_catalog_change())
         self.ready = False
         self.bootstrapped = False
         self.etcd_healthy = False
