@@ -7,6 +7,7 @@ before it exits; one that is killed leaves once its lease expires, within TTL pl
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,18 +50,25 @@ def apiservers(etcd: str, workdir: Path) -> Iterator[tuple[APIServerProcess, API
     a.stop()
 
 
-def endpoint_ips(url: str) -> tuple[set[str], set[str]]:
+async def get(url: str, path: str, **params: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        response = await client.get(path, params=params)
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+
+async def endpoint_ips(url: str) -> tuple[set[str], set[str]]:
     """The IPs in the `kubernetes` Endpoints and in its EndpointSlice, read through the apiserver at `url`."""
-    endpoints = httpx.get(f"{url}/api/v1/namespaces/default/endpoints/kubernetes", timeout=10).json()
-    slices = httpx.get(f"{url}/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
-                       params={"labelSelector": "kubernetes.io/service-name=kubernetes"}, timeout=10).json()
+    endpoints = await get(url, "/api/v1/namespaces/default/endpoints/kubernetes")
+    slices = await get(url, "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
+                       labelSelector="kubernetes.io/service-name=kubernetes")
     from_endpoints = {a["ip"] for s in endpoints.get("subsets") or [] for a in s.get("addresses") or []}
     from_slices = {ip for s in slices["items"] for e in s.get("endpoints") or [] for ip in e["addresses"]}
     return from_endpoints, from_slices
 
 
 async def listed(url: str, expected: set[str]) -> bool:
-    return endpoint_ips(url) == (expected, expected)
+    return await endpoint_ips(url) == (expected, expected)
 
 
 async def test_every_apiserver_is_an_endpoint_of_the_kubernetes_service(
@@ -69,23 +77,22 @@ async def test_every_apiserver_is_an_endpoint_of_the_kubernetes_service(
     a, b = apiservers
     ports = {int(p.url.rsplit(":", 1)[1]) for p in apiservers}
     await eventually(lambda: listed(a.url, set(ADDRESSES)), what="both apiservers in the endpoints")
-    assert endpoint_ips(b.url) == (set(ADDRESSES), set(ADDRESSES))
+    assert await endpoint_ips(b.url) == (set(ADDRESSES), set(ADDRESSES))
 
-    endpoints: dict[str, Any] = httpx.get(f"{a.url}/api/v1/namespaces/default/endpoints/kubernetes").json()
+    endpoints = await get(a.url, "/api/v1/namespaces/default/endpoints/kubernetes")
     assert endpoints["metadata"]["labels"] == {"endpointslice.kubernetes.io/skip-mirror": "true"}
     [subset] = endpoints["subsets"]
     assert [addr["ip"] for addr in subset["addresses"]] == sorted(ADDRESSES)
     [port] = subset["ports"]
     assert port["name"] == "https" and port["protocol"] == "TCP" and port["port"] in ports
 
-    slice_: dict[str, Any] = httpx.get(
-        f"{a.url}/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes").json()
+    slice_ = await get(a.url, "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes")
     assert slice_["metadata"]["labels"] == {"kubernetes.io/service-name": "kubernetes"}
     assert slice_["addressType"] == "IPv4"
     assert slice_["endpoints"] == [{"addresses": [ip], "conditions": {"ready": True}} for ip in sorted(ADDRESSES)]
     assert slice_["ports"] == [{"name": "https", "port": port["port"], "protocol": "TCP"}]
 
-    service = httpx.get(f"{a.url}/api/v1/namespaces/default/services/kubernetes").json()
+    service = await get(a.url, "/api/v1/namespaces/default/services/kubernetes")
     assert service["metadata"]["labels"] == {"component": "apiserver", "provider": "kubernetes"}
     assert service["spec"]["clusterIP"] == "10.96.0.1" and service["spec"]["type"] == "ClusterIP"
     assert "selector" not in service["spec"]
@@ -94,9 +101,9 @@ async def test_every_apiserver_is_an_endpoint_of_the_kubernetes_service(
     assert service_port["targetPort"] in ports
 
     # A clean stop takes the apiserver out before the process exits, not a TTL later.
-    b.stop()
+    await asyncio.to_thread(b.stop)
     assert b.proc.returncode is not None
-    assert endpoint_ips(a.url) == ({ADDRESSES[0]}, {ADDRESSES[0]}), b.log_tail()
+    assert await endpoint_ips(a.url) == ({ADDRESSES[0]}, {ADDRESSES[0]}), b.log_tail()
 
 
 async def test_a_killed_apiserver_leaves_within_its_lease_ttl(
@@ -105,10 +112,10 @@ async def test_a_killed_apiserver_leaves_within_its_lease_ttl(
     a, b = apiservers
     await eventually(lambda: listed(a.url, set(ADDRESSES)), what="both apiservers in the endpoints")
     b.proc.kill()
-    b.proc.wait(10)
+    await asyncio.to_thread(b.proc.wait, 10)
     killed = time.monotonic()
     # A killed apiserver removes nothing: its lease (refreshed at most one interval ago) still lists it.
-    assert endpoint_ips(a.url) == (set(ADDRESSES), set(ADDRESSES))
+    assert await endpoint_ips(a.url) == (set(ADDRESSES), set(ADDRESSES))
     await eventually(lambda: listed(a.url, {ADDRESSES[0]}), interval=0.1, what="the killed apiserver to leave")
     elapsed = time.monotonic() - killed
     # Its lease was refreshed at most one interval before the kill, expires TTL after that refresh at the
