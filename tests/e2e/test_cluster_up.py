@@ -304,14 +304,18 @@ def test_a_pod_lists_pods_through_the_kubernetes_service(cluster: Cluster) -> No
     assert pid is not None, "the client pod's shell is not running on the host"
     mounted = Path(f"/proc/{pid}/root/var/run/secrets/kubernetes.io/serviceaccount")
     token = (mounted / "token").read_text()
-    result = subprocess.run(
-        ["nsenter", f"--net=/proc/{pid}/ns/net", KUBECTL, "--kubeconfig", "/dev/null",
-         "--server", f"https://{answers[0]}:443", "--tls-server-name", "kubernetes.default.svc",
-         "--certificate-authority", str(mounted / "ca.crt"), "--token", token,
-         "-n", ns, "get", "pods", "-o", "json"],
-        capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False)
-    assert result.returncode == 0, result.stderr
-    assert [p["metadata"]["name"] for p in orjson.loads(result.stdout)["items"]] == ["client"]
+    env = dict(item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item)
+    # By name, as kubectl and most clients are told to; and by the address in the pod's environment, as
+    # client-go's in-cluster config does (the serving cert must carry both).
+    for server, name in ((f"https://{answers[0]}:443", ["--tls-server-name", "kubernetes.default.svc"]),
+                         (f"https://{env['KUBERNETES_SERVICE_HOST']}:{env['KUBERNETES_SERVICE_PORT']}", [])):
+        result = subprocess.run(
+            ["nsenter", f"--net=/proc/{pid}/ns/net", KUBECTL, "--kubeconfig", "/dev/null", "--server", server, *name,
+             "--certificate-authority", str(mounted / "ca.crt"), "--token", token,
+             "-n", ns, "get", "pods", "-o", "json"],
+            capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False)
+        assert result.returncode == 0, f"{server}: {result.stderr}"
+        assert [p["metadata"]["name"] for p in orjson.loads(result.stdout)["items"]] == ["client"]
 
 
 def test_image_load_imports_into_every_node(cluster: Cluster) -> None:
