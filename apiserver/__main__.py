@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import ipaddress
 import logging
 import ssl
 import sys
@@ -15,10 +16,12 @@ import uvicorn
 
 from apiserver.auth.authn import load_token_file
 from apiserver.auth.authz import MODES as AUTHORIZATION_MODES
+from apiserver.controlplane.leases import DEFAULT_TTL
 from apiserver.endpoints.app import APIApp
 from apiserver.endpoints.proxy import KubeletClientConfig
 from apiserver.server import APIServer, Options
 from services.runtime.durations import go_duration
+from services.runtime.hostaddress import NoHostAddress, resolve_bind_address
 
 
 def event_ttl(text: str) -> int:
@@ -30,6 +33,35 @@ def event_ttl(text: str) -> int:
     if seconds != 0 and seconds < 1:
         raise argparse.ArgumentTypeError(f'must be 0 or at least 1s, "{text}" given')
     return int(seconds)
+
+
+def lease_ttl(text: str) -> int:
+    """--endpoint-reconciler-ttl in whole seconds, as etcd leases count."""
+    try:
+        seconds = go_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds < 1 or seconds != int(seconds):
+        raise argparse.ArgumentTypeError(f'must be a whole number of seconds, at least 1s, "{text}" given')
+    return int(seconds)
+
+
+def advertise_address(args: argparse.Namespace) -> str:
+    """--advertise-address, defaulted as upstream: the bind address, or the host's own for 0.0.0.0 and loopback."""
+    if args.advertise_address and not ipaddress.ip_address(args.advertise_address).is_unspecified:
+        return str(args.advertise_address)
+    try:
+        return resolve_bind_address(args.bind_address)
+    except NoHostAddress as exc:
+        raise SystemExit(f"apiserver: unable to find a suitable network address: {exc}; set --advertise-address "
+                         "directly or give a valid --bind-address") from None
+
+
+def ip_literal(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'"{text}" is not a valid IP address') from None
 
 
 def positive_int(text: str) -> int:
@@ -80,7 +112,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="how long events are kept after their last write (default 1h0m0s)")
     p.add_argument("--lease-reuse-duration-seconds", type=positive_int, default=60, metavar="SECONDS",
                    help="how long one etcd lease is reused for objects with a TTL (events)")
-    p.add_argument("--bind-address", default="0.0.0.0")
+    p.add_argument("--bind-address", type=ip_literal, default="0.0.0.0",
+                   help="the IP the secure port listens on (default 0.0.0.0: every interface)")
     p.add_argument("--secure-port", type=int, default=6443, help="HTTPS port; 0 disables")
     p.add_argument("--insecure-port", type=int, default=0, help="plain HTTP on 127.0.0.1 (tests); 0 disables")
     p.add_argument("--tls-cert-file", default="")
@@ -93,7 +126,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="serve requests without credentials as system:anonymous (default true)")
     p.add_argument("--authorization-mode", type=authorization_modes, default=["AlwaysAllow"],
                    help="comma-separated, in order: AlwaysAllow, AlwaysDeny, RBAC (default AlwaysAllow)")
-    p.add_argument("--advertise-address", default="127.0.0.1")
+    p.add_argument("--advertise-address", type=ip_literal, default=None,
+                   help="the IP the `kubernetes` Service's endpoints list for this apiserver; default: "
+                        "--bind-address, or the host's default-route address when that is 0.0.0.0 or loopback")
+    p.add_argument("--endpoint-reconciler-type", choices=("lease", "none"), default="lease",
+                   help="lease: every live apiserver keeps itself in the `kubernetes` endpoints (default)")
+    p.add_argument("--endpoint-reconciler-ttl", type=lease_ttl, default=DEFAULT_TTL, metavar="DURATION",
+                   help="how long an apiserver's endpoint lease outlives it (default 15s, upstream's fixed value); "
+                        "it is refreshed every two thirds of that")
     p.add_argument("--service-cluster-ip-range", default="10.96.0.0/12")
     p.add_argument("--service-node-port-range", default="30000-32767")
     p.add_argument("--service-account-issuer", default="https://kubernetes.default.svc.cluster.local")
@@ -124,6 +164,14 @@ def _configure_logging(verbosity: int, fmt: str) -> None:
     )
 
 
+def self_signed_hosts(options: Options) -> list[str]:
+    """What a generated serving cert covers, as upstream's: the advertise address, loopback, and the
+    `kubernetes` Service's names and IP, so pods verify it through https://kubernetes.default.svc."""
+    service_ip = str(next(ipaddress.ip_network(options.service_cluster_ip_range, strict=False).hosts()))
+    return ["localhost", options.advertise_address, "127.0.0.1", service_ip,
+            "kubernetes.default.svc", "kubernetes.default", "kubernetes"]
+
+
 def kubelet_config(args: argparse.Namespace) -> KubeletClientConfig:
     """How the apiserver reaches kubelets for logs, exec, attach, port-forward and node proxying."""
     return KubeletClientConfig(
@@ -136,14 +184,17 @@ def kubelet_config(args: argparse.Namespace) -> KubeletClientConfig:
 
 async def serve(args: argparse.Namespace) -> None:
     low, _, high = args.service_node_port_range.partition("-")
+    advertise = advertise_address(args)
     options = Options(
         etcd_servers=[s.strip() for s in args.etcd_servers.split(",") if s.strip()],
         etcd_prefix=args.etcd_prefix,
         service_cluster_ip_range=args.service_cluster_ip_range,
         service_node_port_range=(int(low), int(high or low)),
         compaction_interval=args.etcd_compaction_interval or 10**9,
-        advertise_address=args.advertise_address,
+        advertise_address=advertise,
         secure_port=args.secure_port or args.insecure_port,
+        endpoint_reconciler_type=args.endpoint_reconciler_type,
+        endpoint_reconciler_ttl=args.endpoint_reconciler_ttl,
         cert_dir=args.cert_dir,
         service_account_issuer=args.service_account_issuer,
         service_account_signing_key_file=args.service_account_signing_key_file,
@@ -171,8 +222,7 @@ async def serve(args: argparse.Namespace) -> None:
         if not cert or not key:
             from services.runtime.pki import ensure_self_signed
 
-            cert_path, key_path = ensure_self_signed(Path(args.cert_dir), ["localhost", "127.0.0.1",
-                                                                           args.advertise_address])
+            cert_path, key_path = ensure_self_signed(Path(args.cert_dir), self_signed_hosts(options))
             cert, key = str(cert_path), str(key_path)
         configs.append(uvicorn.Config(app, host=args.bind_address, port=args.secure_port, ssl_certfile=cert,
                                       ssl_keyfile=key, ssl_ca_certs=args.client_ca_file or None,

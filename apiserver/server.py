@@ -14,6 +14,12 @@ import structlog
 from apiserver.auth.admission import SYSTEM_PRIORITY_CLASSES, Admission
 from apiserver.auth.bootstrap_policy import Stores, ensure_bootstrap_policy
 from apiserver.auth.tokens import DEFAULT_ISSUER, TokenIssuer
+from apiserver.controlplane.endpoints_adapter import EndpointsAdapter
+from apiserver.controlplane.kubernetes_service import NAME as KUBERNETES_SERVICE
+from apiserver.controlplane.kubernetes_service import NAMESPACE as KUBERNETES_NAMESPACE
+from apiserver.controlplane.kubernetes_service import KubernetesServiceController, ServiceConfig
+from apiserver.controlplane.leases import DEFAULT_TTL, MasterLeases
+from apiserver.controlplane.reconciler import LeaseEndpointReconciler
 from apiserver.customresources import CustomResourceServer
 from apiserver.registry.store import RESTStore, ServerContext, WriteOptions
 from apiserver.registry.strategies import strategy_for
@@ -36,6 +42,10 @@ class Options:
     compaction_interval: float = 300.0
     advertise_address: str = "127.0.0.1"
     secure_port: int = 6443
+    #: --endpoint-reconciler-type: "lease" (every live apiserver in the `kubernetes` endpoints) or "none".
+    endpoint_reconciler_type: str = "lease"
+    #: Seconds an apiserver's lease outlives its last refresh; it refreshes every two thirds of that.
+    endpoint_reconciler_ttl: int = DEFAULT_TTL
     cert_dir: str = "/var/run/pyk8s"
     service_account_issuer: str = DEFAULT_ISSUER
     service_account_signing_key_file: str = ""
@@ -79,6 +89,7 @@ class APIServer:
         self.stores: dict[tuple[str, str, str], RESTStore] = {}
         for res in self.catalog:
             self.stores[(res.group, res.version, res.plural)] = RESTStore(res, strategy_for(res), self.ctx)
+        self.kubernetes_service = self._kubernetes_service_controller()
         self.on_catalog_change: Callable[[], None] = lambda: None
         self.custom_resources = CustomResourceServer(self.catalog, self.stores, self.ctx,
                                                      lambda: self.on_catalog_change())
@@ -90,12 +101,28 @@ class APIServer:
     def store(self, group: str, version: str, plural: str) -> RESTStore:
         return self.stores[(group, version, plural)]
 
+    def _kubernetes_service_controller(self) -> KubernetesServiceController:
+        service_ip = str(next(self.ctx.service_cidr.hosts()))
+        reconciler = None
+        if self.options.endpoint_reconciler_type == "lease":
+            address_type = "IPv4" if self.ctx.service_cidr.version == 4 else "IPv6"
+            adapter = EndpointsAdapter(self.store("", "v1", "endpoints"),
+                                       self.store("discovery.k8s.io", "v1", "endpointslices"),
+                                       KUBERNETES_NAMESPACE, KUBERNETES_SERVICE, address_type)
+            reconciler = LeaseEndpointReconciler(
+                adapter, MasterLeases(self.etcd, self.ctx.root, self.options.endpoint_reconciler_ttl))
+        config = ServiceConfig(service_ip=service_ip, public_ip=self.options.advertise_address,
+                               public_port=self.options.secure_port,
+                               interval=self.options.endpoint_reconciler_ttl * 2 / 3)
+        return KubernetesServiceController(config, self.store("", "v1", "services"), reconciler)
+
     async def start(self) -> None:
         await self.cache.start()
         self.custom_resources.start()
         self.etcd_healthy = True
         self.ready = True
         await self._bootstrap()
+        await self.kubernetes_service.start()
         self.bootstrapped = True
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._compact_loop()))
@@ -105,6 +132,7 @@ class APIServer:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        await self.kubernetes_service.stop()
         await self.custom_resources.stop()
         await self.cache.stop()
         await self.etcd.close()
@@ -125,30 +153,16 @@ class APIServer:
                 raise
 
     async def _bootstrap(self) -> None:
-        """System namespaces, the `kubernetes` Service and its Endpoints, as upstream's bootstrap controller,
-        and the default RBAC policy, as its rbac/bootstrap-roles hook."""
+        """System namespaces and priority classes, as upstream's bootstrap controller, and the default RBAC
+        policy, as its rbac/bootstrap-roles hook. The `kubernetes` Service is `kubernetes_service`'s."""
         namespaces = self.store("", "v1", "namespaces")
         for name in SYSTEM_NAMESPACES:
             await self._ensure(namespaces, None, {"metadata": {"name": name}})
-        first_ip = str(next(self.ctx.service_cidr.hosts()))
-        await self._ensure(self.store("", "v1", "services"), "default", {
-            "metadata": {"name": "kubernetes", "namespace": "default",
-                         "labels": {"component": "apiserver", "provider": "kubernetes"}},
-            "spec": {"clusterIP": first_ip, "type": "ClusterIP", "sessionAffinity": "None",
-                     "ports": [{"name": "https", "port": 443, "protocol": "TCP",
-                                "targetPort": self.options.secure_port}]},
-        })
         for name, value, description in SYSTEM_PRIORITY_CLASSES:
             await self._ensure(self.store("scheduling.k8s.io", "v1", "priorityclasses"), None, {
                 "metadata": {"name": name}, "value": value, "description": description,
                 "preemptionPolicy": "PreemptLowerPriority",
             })
-        await self._ensure(self.store("", "v1", "endpoints"), "default", {
-            "metadata": {"name": "kubernetes", "namespace": "default",
-                         "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
-            "subsets": [{"addresses": [{"ip": self.options.advertise_address}],
-                         "ports": [{"name": "https", "port": self.options.secure_port, "protocol": "TCP"}]}],
-        })
         await ensure_bootstrap_policy(Stores(
             roles=self.store("rbac.authorization.k8s.io", "v1", "roles"),
             cluster_roles=self.store("rbac.authorization.k8s.io", "v1", "clusterroles"),

@@ -12,6 +12,7 @@ from deploy import local
 from deploy.bootstrap import PkiDir, apiserver_hosts, ensure_pki, write_kubeconfig
 from deploy.nodes import MAX_NODES
 from deploy.state import DEFAULT_PORT, PROXY_MODES
+from services.runtime.hostaddress import NoHostAddress, choose_host_address
 
 
 def _csv(value: str) -> list[str]:
@@ -61,7 +62,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _pki(out: Path, hosts: list[str], server: str) -> str:
+    """kubeadm's `init phase certs`: the serving cert also covers this machine's name and the address an
+    apiserver here advertises by default (its default-route address), which pods reach it at."""
     pki_dir = PkiDir(out / "pki")
+    try:
+        hosts = [*hosts, choose_host_address()]
+    except NoHostAddress:
+        pass
     ensure_pki(pki_dir, apiserver_hosts([*hosts, socket.gethostname()]))
     write_kubeconfig(out / "admin.conf", server, pki_dir)
     return f"wrote {pki_dir.root}/{{ca,apiserver,admin}}.{{crt,key}} and {out / 'admin.conf'}"

@@ -20,7 +20,7 @@ import httpx
 from deploy import nodes
 from deploy.bootstrap import ADMIN, apiserver_hosts, ensure_pki, write_kubeconfig
 from deploy.nodes import NetworkError, NodeNet
-from deploy.processes import HOLLOW_PREFIX, ProcessSpec, child_env, specs
+from deploy.processes import HOLLOW_PREFIX, ProcessSpec, advertise_address, child_env, specs
 from deploy.state import PROXY_MODES, State, free_port, port_in_use
 
 POLL = 0.05
@@ -302,7 +302,7 @@ async def up(state_dir: Path, request: Request | None = None) -> str:
         raise UpError(str(error)) from None
     _assign_ports(state)
     state.save()
-    ensure_pki(state.pki, apiserver_hosts())
+    ensure_pki(state.pki, apiserver_hosts([advertise_address(state)]))
     write_kubeconfig(state.kubeconfig, state.server, state.pki)
 
     wanted = enabled_specs(state)

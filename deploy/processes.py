@@ -90,6 +90,14 @@ def _python(module: str) -> list[str]:
     return [sys.executable, "-m", module]
 
 
+def advertise_address(state: State) -> str:
+    """Where pods reach the apiserver through the `kubernetes` Service: the host's side of the node bridge.
+
+    Without real nodes nothing outside the host talks to it, so it stays on loopback.
+    """
+    return nodes.bridge_ip(state) if state.settings.nodes else "127.0.0.1"
+
+
 def _apiserver_argv(state: State) -> list[str]:
     cert, key = state.pki.apiserver
     kubelet_cert, kubelet_key = state.pki.client(KUBELET_CLIENT)
@@ -97,7 +105,9 @@ def _apiserver_argv(state: State) -> list[str]:
         *_python("apiserver"),
         f"--etcd-servers={','.join(state.etcd_servers)}",
         f"--secure-port={state.settings.port}",
-        "--bind-address=127.0.0.1",
+        # Nodes reach it on the bridge and kubeconfigs on loopback, so with nodes it listens everywhere.
+        f"--bind-address={'0.0.0.0' if state.settings.nodes else '127.0.0.1'}",
+        f"--advertise-address={advertise_address(state)}",
         f"--tls-cert-file={cert}",
         f"--tls-private-key-file={key}",
         f"--client-ca-file={state.pki.ca[0]}",

@@ -264,6 +264,60 @@ def test_rbac_limits_a_service_account_to_what_it_is_bound_to(cluster: Cluster, 
            '"team"' in secrets.stderr
 
 
+def pid_with_marker(marker: str) -> int | None:
+    """The host pid of the process whose command line carries `marker` (a pod's shell)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    return int(entry.name)
+            except OSError:
+                continue
+    return None
+
+
+def test_a_pod_lists_pods_through_the_kubernetes_service(cluster: Cluster) -> None:
+    """What operators and kubectl in a pod do: resolve kubernetes.default.svc with the cluster DNS, then call
+    it over HTTPS with the pod's mounted token, verifying the serving cert against the pod's mounted CA.
+
+    busybox has no TLS client, so the call is the real kubectl run in the pod's network namespace, with the
+    token and CA read from the pod's own mount (/proc/PID/root) and the address the pod's DNS answered."""
+    ns = "incluster"
+    cluster.kubectl("create", "namespace", ns)
+    cluster.kubectl("create", "serviceaccount", "lister", "-n", ns)
+    cluster.kubectl("create", "role", "pod-lister", "--verb=get,list", "--resource=pods", "-n", ns)
+    cluster.kubectl("create", "rolebinding", "lister", "--role=pod-lister", f"--serviceaccount={ns}:lister", "-n", ns)
+    marker = f"in-cluster-client-{os.getpid()}"
+    manifest = pod_manifest("client", "node-2", f"sleep 3600; echo {marker}", restart="Always")
+    manifest["metadata"]["namespace"] = ns
+    manifest["spec"]["serviceAccountName"] = "lister"
+    cluster.apply(manifest)
+    cluster.wait_pod(ns, "client", ("Running",))
+
+    lookup = cluster.kubectl("exec", "-n", ns, "client", "--", "nslookup", "kubernetes.default.svc.cluster.local")
+    lines = lookup.splitlines()
+    name_at = next(i for i, line in enumerate(lines) if line.startswith("Name:"))
+    answers = [line.split()[-1] for line in lines[name_at:] if line.startswith("Address")]
+    assert answers == ["10.96.0.1"], lookup
+
+    pid = pid_with_marker(marker)
+    assert pid is not None, "the client pod's shell is not running on the host"
+    mounted = Path(f"/proc/{pid}/root/var/run/secrets/kubernetes.io/serviceaccount")
+    token = (mounted / "token").read_text()
+    env = dict(item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item)
+    # By name, as kubectl and most clients are told to; and by the address in the pod's environment, as
+    # client-go's in-cluster config does (the serving cert must carry both).
+    for server, name in ((f"https://{answers[0]}:443", ["--tls-server-name", "kubernetes.default.svc"]),
+                         (f"https://{env['KUBERNETES_SERVICE_HOST']}:{env['KUBERNETES_SERVICE_PORT']}", [])):
+        result = subprocess.run(
+            ["nsenter", f"--net=/proc/{pid}/ns/net", KUBECTL, "--kubeconfig", "/dev/null", "--server", server, *name,
+             "--certificate-authority", str(mounted / "ca.crt"), "--token", token,
+             "-n", ns, "get", "pods", "-o", "json"],
+            capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False)
+        assert result.returncode == 0, f"{server}: {result.stderr}"
+        assert [p["metadata"]["name"] for p in orjson.loads(result.stdout)["items"]] == ["client"]
+
+
 def test_image_load_imports_into_every_node(cluster: Cluster) -> None:
     from kubelet_agent.images.build import busybox_layer, write_image_archive
 
