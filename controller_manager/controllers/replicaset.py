@@ -22,7 +22,6 @@ from controller_manager.podutil import (
     BatchError,
     adopt_patch,
     claim_decision,
-    condition,
     controller_ref,
     index_orphans,
     is_active,
@@ -31,12 +30,14 @@ from controller_manager.podutil import (
     pod_from_template,
     pods_to_delete,
     release_patch,
+    selector_of,
     slow_start_batch,
 )
 from controller_manager.resources import PODS, REPLICA_SETS
+from services.api.conditions import get_condition
 from services.api.meta import now_rfc3339
 from services.api.selectors import LabelSelector
-from services.client import Forbidden, NotFound
+from services.client import NotFound, namespace_terminating
 from services.client.rest import GVR, resource_path
 from services.informers import OWNER_UID_INDEX, meta_namespace_key
 
@@ -57,17 +58,6 @@ def new(ctx: ControllerContext) -> ReplicaSetController:
     return ReplicaSetController(
         ctx, REPLICA_SETS, "ReplicaSet", "replicaset-controller", int(ctx.options.concurrent_replicaset_syncs)
     )
-
-
-def selector_of(owner: Obj) -> LabelSelector:
-    """A ReplicaSet's metav1.LabelSelector, or a ReplicationController's plain map."""
-    sel = (owner.get("spec") or {}).get("selector")
-    if owner.get("kind") == "ReplicationController":
-        return LabelSelector.from_set(sel or {}) if sel else LabelSelector.nothing()
-    try:
-        return LabelSelector.from_dict(sel)
-    except ValueError:
-        return LabelSelector.nothing()
 
 
 def calculate_status(owner: Obj, pods: list[Obj], error: tuple[str, str] | None) -> Obj:
@@ -98,7 +88,7 @@ def status_from_counts(owner: Obj, replicas: int, fully: int, ready: int, availa
     """The status for these pod counts, carrying the owner's other conditions and setting ReplicaFailure."""
     old = owner.get("status") or {}
     conditions = [c for c in old.get("conditions") or [] if c.get("type") != "ReplicaFailure"]
-    failure = condition(owner, "ReplicaFailure")
+    failure = get_condition(owner, "ReplicaFailure")
     if error is not None:
         reason, message = error
         if failure is None or failure.get("reason") != reason or failure.get("message") != message:
@@ -453,7 +443,7 @@ class ReplicaSetController(QueueController):
                 created = await self.client.request("POST", path, body=body)
             except Exception as exc:
                 self.expectations.creation_observed(key)
-                if not _namespace_terminating(exc):
+                if not namespace_terminating(exc):
                     self.recorder.warning(owner, "FailedCreate", f"Error creating: {exc}")
                 raise
             self.recorder.normal(owner, "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
@@ -464,7 +454,7 @@ class ReplicaSetController(QueueController):
             skipped = count - err.successes - len(err.errors)
             if skipped > 0:
                 self.expectations.lower(key, adds=skipped)
-            if all(_namespace_terminating(e) for e in err.errors):
+            if all(namespace_terminating(e) for e in err.errors):
                 return None
             return "FailedCreate", str(err.errors[0])
         return None
@@ -510,10 +500,3 @@ def _same_claim(old: Obj, new: Obj) -> bool:
     only change status counts."""
     return old["metadata"].get("labels") == new["metadata"].get("labels") and is_active(old) == is_active(new)
 
-
-def _namespace_terminating(exc: BaseException) -> bool:
-    """Creates into a Terminating namespace fail with a Forbidden naming NamespaceTerminating."""
-    if not isinstance(exc, Forbidden):
-        return False
-    causes = (exc.details or {}).get("causes") or []
-    return any(c.get("reason") == "NamespaceTerminating" for c in causes) or "being terminated" in str(exc)

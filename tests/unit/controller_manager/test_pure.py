@@ -252,8 +252,7 @@ def test_proportional_scaling() -> None:
 
 def test_go_round_and_percent_values() -> None:
     assert [ro.go_round(v) for v in (0.5, 1.5, -0.5, 2.4)] == [1, 2, -1, 2]
-    assert ro.scaled_value("25%", 10, True) == 3 and ro.scaled_value("25%", 10, False) == 2
-    assert ro.scaled_value(None, 10, True) == 0
+    assert ro.rolling_params({"spec": {"replicas": 10, "strategy": {"rollingUpdate": {"maxSurge": None}}}}) == (3, 2)
 
 
 def test_progress_checks() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from controller_manager.app import boolean
 from controller_manager.base import QueueController, RequeueAfter
 from controller_manager.context import ControllerContext
-from controller_manager.controllers.nodeipam_cidrset import CIDRSet, CIDRSetFull
+from controller_manager.controllers.nodeipam.cidrset import CIDRSet, CIDRSetFull
 from controller_manager.events import EventRecorder
 from controller_manager.resources import NODES
 from services.client import ApiError, NotFound, ServerTimeout
