@@ -3,7 +3,6 @@ controller sync tests rely on each of these."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from services.client import AlreadyExists, Conflict, NotFound, gvr
 from services.informers import SharedInformerFactory
 from services.testing.fakeapi import FakeApiServer
+from tests.conftest import eventually
 
 PODS = gvr("v1", "pods")
 RSS = gvr("apps/v1", "replicasets")
@@ -103,9 +103,10 @@ async def test_informers_list_then_follow_watch_events() -> None:
         await client.create(PODS, pod("b2"), "ns")
         await client.patch(PODS, "a1", {"metadata": {"labels": {"k": "v"}}}, "ns")
         await client.delete(PODS, "b2", "ns")
-        async with asyncio.timeout(5):
-            while len(seen) < 4:
-                await asyncio.sleep(0.001)
+        async def all_seen() -> bool:
+            return len(seen) >= 4
+
+        await eventually(all_seen, limit=5.0, interval=0.001, what="four informer events")
         assert seen == ["add a1", "add b2", "update a1", "delete b2"]
         assert [p["metadata"]["name"] for p in informer.list()] == ["a1"]
     finally:

@@ -5,7 +5,6 @@ server recorded asserted. No worker runs, so nothing happens that the test did n
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from controller_manager.events import EventBroadcaster
 from services.client import Client, ResourceType
 from services.informers import SharedInformerFactory
 from services.testing.fakeapi import FakeApiServer
+from tests.conftest import eventually
 
 Obj = dict[str, Any]
 
@@ -31,9 +31,10 @@ class Harness:
 
     async def caught_up(self) -> None:
         """Wait until every informer the controller asked for holds what the server holds."""
-        async with asyncio.timeout(5):
-            while not all(self._in_step(i) for i in self.ctx.requested):
-                await asyncio.sleep(0.001)
+        async def in_step() -> bool:
+            return all(self._in_step(i) for i in self.ctx.requested)
+
+        await eventually(in_step, limit=5.0, interval=0.001, what="the informers to see every write")
 
     def _in_step(self, informer: Any) -> bool:
         cached = {(o["metadata"].get("namespace") or "", o["metadata"]["name"], o["metadata"]["resourceVersion"])
