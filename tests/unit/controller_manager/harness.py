@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 from controller_manager.app import build_parser
+from controller_manager.base import RequeueAfter
 from controller_manager.context import ControllerContext
 from controller_manager.events import EventBroadcaster
 from services.client import Client, ResourceType
@@ -43,10 +44,15 @@ class Harness:
                   for o in self.api.list(informer.resource)}
         return cached == stored
 
-    async def sync(self, key: str) -> None:
-        """One sync of `key` on caches that have seen every earlier write, as a worker would run it."""
+    async def sync(self, key: str) -> float | None:
+        """One sync of `key` on caches that have seen every earlier write, as a worker would run it;
+        the delay the sync asked to be requeued after, if it did."""
         await self.caught_up()
-        await self.controller.sync(key)
+        try:
+            await self.controller.sync(key)
+        except RequeueAfter as again:
+            return again.delay
+        return None
 
     def update(self, resource: ResourceType, obj: Obj) -> Obj:
         """Change an object as another component would (e.g. the kubelet reporting pod status)."""
@@ -74,7 +80,7 @@ async def harness(module: ModuleType, seed: list[tuple[ResourceType, Obj]], *fla
         api.clear_actions()
         yield env
     finally:
+        await factory.shutdown()
         api.close_watches()
         await broadcaster.stop()
-        await factory.shutdown()
         await client.close()
