@@ -221,7 +221,6 @@ class FakeApiServer:
         meta["uid"] = meta.get("uid") or new_uid()
         meta["creationTimestamp"] = meta.get("creationTimestamp") or now_rfc3339()
         meta.setdefault("generation", 1)
-        meta.pop("deletionTimestamp", None)
         meta["resourceVersion"] = self._next_rv()
         store[key] = obj
         self._emit(res.group_resource, "ADDED", obj)
@@ -344,7 +343,9 @@ class FakeApiServer:
         if verb == "create":
             if not isinstance(body, dict):
                 raise errors.bad_request("the body of the request was in an unknown format")
-            return 201, copy.deepcopy(self._create(res, copy.deepcopy(body), namespace))
+            body = copy.deepcopy(body)
+            (body.get("metadata") or {}).pop("deletionTimestamp", None)
+            return 201, copy.deepcopy(self._create(res, body, namespace))
         current = self._current(res, namespace, name)
         if subresource and subresource not in res.subresources:
             raise errors.not_found(f"{res.plural}/{subresource}", res.group, name)
