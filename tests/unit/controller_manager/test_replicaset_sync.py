@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from controller_manager.controllers import replicaset
 from controller_manager.resources import PODS, REPLICA_SETS
 from tests.unit.controller_manager.harness import harness
@@ -24,12 +26,13 @@ def rs(replicas: int) -> Obj:
                                   "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
 
 
-def pod(name: str, owned: bool = True, node: str = "n1", ready: bool = True, app: str = "web") -> Obj:
+def pod(name: str, owned: bool = True, node: str = "n1", ready: bool = True, app: str = "web",
+        phase: str = "") -> Obj:
     meta: Obj = {"name": name, "namespace": "ns", "labels": {"app": app},
                  "creationTimestamp": "2024-01-01T00:00:00Z"}
     if owned:
         meta["ownerReferences"] = [OWNER]
-    phase = "Running" if node else "Pending"
+    phase = phase or ("Running" if node else "Pending")
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
             "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
             "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
@@ -64,13 +67,17 @@ async def test_nothing_is_created_while_earlier_creates_are_unobserved() -> None
         assert env.api.writes("pods") == []
 
 
-async def test_surplus_pods_are_deleted_unscheduled_and_unready_first() -> None:
-    seed = [(REPLICA_SETS, rs(1)), (PODS, pod("ready")), (PODS, pod("unscheduled", node="")),
-            (PODS, pod("unready", ready=False))]
-    async with harness(replicaset, seed) as env:
+@pytest.mark.parametrize(("replicas", "pods", "deleted"), [
+    (2, [pod("ready"), pod("unready", ready=False), pod("a-ready")], ["unready"]),
+    (2, [pod("ready"), pod("a-pending", ready=False, phase="Pending"), pod("unscheduled", node="")],
+     ["unscheduled"]),
+])
+async def test_surplus_pods_are_deleted_unscheduled_and_unready_first(replicas: int, pods: list[Obj],
+                                                                      deleted: list[str]) -> None:
+    async with harness(replicaset, [(REPLICA_SETS, rs(replicas)), *((PODS, p) for p in pods)]) as env:
         await env.sync("ns/web")
-        assert sorted(a.name for a in env.api.writes("pods", "delete")) == ["unready", "unscheduled"]
-        assert [p["metadata"]["name"] for p in env.api.list(PODS, "ns")] == ["ready"]
+        assert sorted(a.name for a in env.api.writes("pods", "delete")) == sorted(deleted)
+        assert len(env.api.list(PODS, "ns")) == replicas
         assert env.api.writes("pods", "create") == []
 
 
