@@ -10,6 +10,7 @@ import pytest
 
 from controller_manager.controllers import replicaset
 from controller_manager.resources import PODS, REPLICA_SETS
+from services.api import errors
 from tests.unit.controller_manager.harness import harness
 
 Obj = dict[str, Any]
@@ -95,3 +96,20 @@ async def test_matching_orphans_are_adopted_and_owned_pods_that_stopped_matching
         stranger = env.api.get(PODS, "stranger", "ns")
         assert stranger is not None and not stranger["metadata"].get("ownerReferences")
         assert env.api.writes("pods", "create") == []  # mine + the adopted orphan make two
+
+
+async def test_a_refused_create_stops_the_slow_start_and_reports_replica_failure() -> None:
+    async with harness(replicaset, [(REPLICA_SETS, rs(5))]) as env:
+        env.api.fail_next("create", "pods", errors.forbidden("pods", "", "", "exceeded quota: q"))
+        with pytest.raises(RuntimeError, match="exceeded quota"):
+            await env.sync("ns/web")
+        attempts = [a for a in env.api.actions if a.verb == "create" and a.resource == "pods"]
+        assert [a.code for a in attempts] == [403]  # the first batch of one failed: no second batch
+        stored = env.api.get(REPLICA_SETS, "web", "ns")
+        assert stored is not None
+        failure = next(c for c in stored["status"]["conditions"] if c["type"] == "ReplicaFailure")
+        assert (failure["status"], failure["reason"]) == ("True", "FailedCreate")
+        assert env.controller.expectations.satisfied("ns/web")  # nothing left in flight to wait for
+        env.api.clear_actions()
+        await env.sync("ns/web")
+        assert len(env.api.writes("pods", "create")) == 5
