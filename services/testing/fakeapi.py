@@ -399,10 +399,14 @@ class FakeApiServer:
         except StatusError as exc:
             return _json(exc.code, exc.to_status())
         watcher = _Watcher(res.group_resource, namespace, labels, fields)
-        since = int(query.get("resourceVersion") or self._rv)
-        for rv, key, line, obj in self._history:
-            if rv > since and watcher.wants(key, obj):
-                watcher.queue.put_nowait(line)
+        since = query.get("resourceVersion") or "0"
+        if since == "0":  # upstream: the current state as ADDED events, then changes
+            for obj in self._list(res, namespace, query)["items"]:
+                watcher.queue.put_nowait(orjson.dumps({"type": "ADDED", "object": obj}) + b"\n")
+        else:
+            for rv, key, line, obj in self._history:
+                if rv > int(since) and watcher.wants(key, obj):
+                    watcher.queue.put_nowait(line)
         self._watchers.append(watcher)
         timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
         return httpx.Response(200, headers={"content-type": "application/json"},
@@ -417,7 +421,7 @@ class FakeApiServer:
         else:
             raise errors.not_found("", "", path)
         namespace = ""
-        if len(rest) >= 3 and rest[0] == "namespaces":
+        if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
             namespace, rest = rest[1], rest[2:]
         if not rest:
             raise errors.not_found("", group, path)

@@ -113,3 +113,26 @@ async def test_informers_list_then_follow_watch_events() -> None:
         api.close_watches()
         await factory.shutdown()
         await client.close()
+
+
+async def test_a_watch_from_nothing_starts_with_the_current_state_and_replays_from_a_version() -> None:
+    api = FakeApiServer()
+    first = api.seed(PODS, pod("a1", app="x"))
+    api.seed(PODS, pod("b2", app="y"))
+    async with api.client() as client:
+        async with client.watch(PODS, "ns", label_selector="app=x", timeout_seconds=1) as stream:
+            assert [(kind, obj["metadata"]["name"]) async for kind, obj in stream] == [("ADDED", "a1")]
+        await client.patch(PODS, "a1", {"metadata": {"annotations": {"k": "v"}}}, "ns")
+        async with client.watch(PODS, "ns", resource_version=first["metadata"]["resourceVersion"],
+                                timeout_seconds=1) as stream:
+            assert [(kind, obj["metadata"]["name"]) async for kind, obj in stream] == [
+                ("ADDED", "b2"), ("MODIFIED", "a1")]
+
+
+async def test_namespace_status_is_the_namespace_subresource_not_a_namespaced_path() -> None:
+    namespaces = gvr("v1", "namespaces", namespaced=False)
+    api = FakeApiServer()
+    api.seed(namespaces, {"metadata": {"name": "ns"}})
+    async with api.client() as client:
+        updated = await client.patch_status(namespaces, "ns", {"status": {"phase": "Terminating"}})
+        assert updated["status"] == {"phase": "Terminating"} and updated["metadata"]["name"] == "ns"
