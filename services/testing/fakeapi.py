@@ -119,7 +119,7 @@ class FakeApiServer:
         self._objects: dict[tuple[str, str], dict[tuple[str, str], Obj]] = {}
         self._revision = itertools.count(1)
         self._rv = 0
-        #: (resourceVersion, key, event) for watches that start from an older resourceVersion
+        #: (resourceVersion, resource key, event line, object) for watches from an older resourceVersion
         self._history: list[tuple[int, tuple[str, str], bytes, Obj]] = []
         self._watchers: list[_Watcher] = []
         #: (verb, plural) -> a StatusError the next matching request fails with
@@ -128,6 +128,7 @@ class FakeApiServer:
     # -- what tests call -----------------------------------------------------------------------------
 
     def transport(self) -> httpx.AsyncBaseTransport:
+        """An httpx transport answering from this server, for a Client built by hand."""
         return _Transport(self)
 
     def client(self) -> Client:
@@ -172,6 +173,7 @@ class FakeApiServer:
         self._failures.setdefault((verb, resource), []).append(error)
 
     def close_watches(self) -> None:
+        """End every open watch, as an apiserver shutting down would."""
         for watcher in list(self._watchers):
             watcher.queue.put_nowait(None)
 
