@@ -18,7 +18,7 @@ from controller_manager.events import EventBroadcaster
 from controller_manager.registry import discover, enabled
 from services.client import Client
 from services.informers import LeaderElector, SharedInformerFactory, strip_managed_fields
-from services.runtime import base_parser, client_config, run, setup_logging, start_health
+from services.runtime import base_parser, boolean_flag, client_config, run, setup_logging, start_health
 from services.runtime.durations import duration_flag
 
 log = structlog.get_logger(__name__)
@@ -41,17 +41,6 @@ CONCURRENCY_FLAGS = (
 )
 
 
-
-
-def boolean(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("1", "t", "true", "yes"):
-        return True
-    if lowered in ("0", "f", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = base_parser("kube-controller-manager", "pyk8s kube-controller-manager", default_secure_port=10257)
     # Upstream's 20 QPS would take minutes to create thousands of pods; this process is meant to be fast.
@@ -60,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--controllers", default="*",
         help="comma-separated controllers: '*' the defaults, 'foo' enables, '-foo' disables",
     )
-    parser.add_argument("--leader-elect", type=boolean, nargs="?", const=True, default=True)
+    parser.add_argument("--leader-elect", type=boolean_flag, nargs="?", const=True, default=True)
     parser.add_argument("--leader-elect-lease-duration", type=duration_flag, default=15.0)
     parser.add_argument("--leader-elect-renew-deadline", type=duration_flag, default=10.0)
     parser.add_argument("--leader-elect-retry-period", type=duration_flag, default=2.0)
@@ -69,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, default in CONCURRENCY_FLAGS:
         parser.add_argument(f"--{flag}", type=int, default=default)
     parser.add_argument("--terminated-pod-gc-threshold", type=int, default=12500)
-    parser.add_argument("--enable-garbage-collector", type=boolean, nargs="?", const=True, default=True)
+    parser.add_argument("--enable-garbage-collector", type=boolean_flag, nargs="?", const=True, default=True)
     parser.add_argument("--namespace-sync-period", type=duration_flag, default=300.0)
     parser.add_argument("--min-resync-period", type=duration_flag, default=0.0,
                         help="informer resync period; 0 leaves resyncs off (pyk8s controllers are event driven)")

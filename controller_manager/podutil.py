@@ -12,7 +12,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from services.api.conditions import get_condition
 from services.api.meta import parse_time
+from services.api.selectors import LabelSelector
 
 Obj = dict[str, Any]
 
@@ -45,21 +47,14 @@ def is_active(pod: Obj) -> bool:
     return not is_terminal(pod) and not (pod.get("metadata") or {}).get("deletionTimestamp")
 
 
-def condition(obj: Obj, kind: str) -> Obj | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind:
-            return cond  # type: ignore[no-any-return]
-    return None
-
-
 def is_ready(pod: Obj) -> bool:
-    cond = condition(pod, "Ready")
+    cond = get_condition(pod, "Ready")
     return cond is not None and cond.get("status") == "True"
 
 
 def ready_since(pod: Obj) -> float:
     """When the pod last turned Ready (epoch seconds), 0 if unknown."""
-    cond = condition(pod, "Ready")
+    cond = get_condition(pod, "Ready")
     return _ts(cond.get("lastTransitionTime")) if cond else 0.0
 
 
@@ -235,3 +230,18 @@ def release_patch(obj: Obj, owner: Obj) -> Obj:
             "uid": obj["metadata"]["uid"],
         }
     }
+
+
+def selector_of(owner: Obj) -> LabelSelector:
+    """The pods a workload selects: its metav1.LabelSelector, or a ReplicationController's plain map.
+
+    An invalid selector selects nothing, so a controller whose selector cannot be read leaves every
+    pod alone (upstream logs the conversion error and does not sync).
+    """
+    sel = (owner.get("spec") or {}).get("selector")
+    if owner.get("kind") == "ReplicationController":
+        return LabelSelector.from_set(sel or {}) if sel else LabelSelector.nothing()
+    try:
+        return LabelSelector.from_dict(sel)
+    except ValueError:
+        return LabelSelector.nothing()

@@ -8,7 +8,8 @@ A controller module in controller_manager/controllers/ plugs in by exposing:
     def add_flags(parser) -> None                   # optional; its own command-line flags
 
 and the Controller it returns has `async def run(self) -> None`, which runs until cancelled.
-Modules are found by scanning the package, so a new file is all it takes.
+Modules are found by scanning the package, so a new file is all it takes; a controller of several
+files is a subpackage whose __init__ exposes the same names.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ import math
 from datetime import datetime
 from typing import Any
 
+from services.api.conditions import find_condition
+from services.api.intstr import scaled_value
 from services.api.meta import parse_time
 
 Obj = dict[str, Any]
@@ -42,20 +44,6 @@ def available_of(rs: Obj | None) -> int:
     return min(status_of(rs, "availableReplicas"), replicas_of(rs)) if rs is not None else 0
 
 
-def scaled_value(value: int | str | None, total: int, round_up: bool) -> int:
-    """An IntOrString against `total`: "25%" of 10 is 3 rounding up and 2 rounding down."""
-    if value is None:
-        return 0
-    if isinstance(value, int):
-        return value
-    text = str(value)
-    if not text.endswith("%"):
-        return int(text)
-    percent = int(text[:-1])
-    exact = percent * total / 100
-    return math.ceil(exact) if round_up else math.floor(exact)
-
-
 def rolling_params(deployment: Obj) -> tuple[int, int]:
     """(maxSurge, maxUnavailable) resolved like ResolveFenceposts: surge rounds up, unavailable down,
     and both zero becomes unavailable 1 so a rollout can make progress."""
@@ -65,11 +53,16 @@ def rolling_params(deployment: Obj) -> tuple[int, int]:
         return 0, 0
     ru = strategy.get("rollingUpdate") or {}
     desired = replicas_of(deployment)
-    surge = scaled_value(ru.get("maxSurge", "25%"), desired, True)
-    unavailable = scaled_value(ru.get("maxUnavailable", "25%"), desired, False)
+    surge = scaled_value(_defaulted(ru.get("maxSurge")), desired, round_up=True)
+    unavailable = scaled_value(_defaulted(ru.get("maxUnavailable")), desired, round_up=False)
     if surge == 0 and unavailable == 0:
         unavailable = 1
     return surge, unavailable
+
+
+def _defaulted(value: int | str | None) -> int | str:
+    """The API's default for an unset maxSurge or maxUnavailable of a Deployment."""
+    return "25%" if value is None else value
 
 
 def max_unavailable(deployment: Obj) -> int:
@@ -207,17 +200,10 @@ def progressing(deployment: Obj, status: Obj) -> bool:
     )
 
 
-def get_condition(status: Obj, kind: str) -> Obj | None:
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == kind:
-            return cond  # type: ignore[no-any-return]
-    return None
-
-
 def timed_out(deployment: Obj, status: Obj, now: datetime) -> bool:
     if not has_progress_deadline(deployment):
         return False
-    cond = get_condition(status, "Progressing")
+    cond = find_condition(status.get("conditions"), "Progressing")
     if cond is None or cond.get("reason") == "NewReplicaSetAvailable":
         return False
     if cond.get("reason") == "ProgressDeadlineExceeded":
@@ -230,7 +216,7 @@ def timed_out(deployment: Obj, status: Obj, now: datetime) -> bool:
 
 def set_condition(status: Obj, cond: Obj) -> None:
     """SetDeploymentCondition: same status and reason changes nothing; same status keeps the transition time."""
-    current = get_condition(status, cond["type"])
+    current = find_condition(status.get("conditions"), cond["type"])
     if current is not None and current.get("status") == cond["status"] and current.get("reason") == cond["reason"]:
         return
     if current is not None and current.get("status") == cond["status"]:

@@ -12,8 +12,7 @@ from typing import Any
 
 from controller_manager.base import QueueController, RequeueAfter
 from controller_manager.context import ControllerContext
-from controller_manager.controllers.statefulset import int_or_percent
-from controller_manager.controllers.statefulset_revisions import (
+from controller_manager.history import (
     REVISION_HASH,
     ensure_revision,
     owned_revisions,
@@ -21,6 +20,7 @@ from controller_manager.controllers.statefulset_revisions import (
 )
 from controller_manager.podutil import controller_ref, is_available, is_ready, pod_from_template
 from controller_manager.resources import CONTROLLER_REVISIONS, DAEMON_SETS, NODES, PODS
+from services.api.intstr import scaled_value as int_or_percent
 from services.api.nodeaffinity import required_node_affinity_matches, tolerations_tolerate
 from services.api.selectors import LabelSelector
 from services.client import NotFound

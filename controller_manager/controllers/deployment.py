@@ -16,7 +16,6 @@ import orjson
 from controller_manager import rollout as ro
 from controller_manager.base import QueueController, RequeueAfter
 from controller_manager.context import ControllerContext
-from controller_manager.controllers.replicaset import selector_of
 from controller_manager.podutil import (
     adopt_patch,
     claim_decision,
@@ -24,8 +23,10 @@ from controller_manager.podutil import (
     is_terminal,
     new_controller_ref,
     release_patch,
+    selector_of,
 )
 from controller_manager.resources import DEPLOYMENTS, PODS, REPLICA_SETS
+from services.api.conditions import find_condition
 from services.api.meta import now_rfc3339, parse_time
 from services.client import AlreadyExists, NotFound
 from services.informers import OWNER_UID_INDEX
@@ -212,7 +213,7 @@ class DeploymentController(QueueController):
         if not ro.has_progress_deadline(d):
             return
         status = copy.deepcopy(d.get("status") or {})
-        cond = ro.get_condition(status, "Progressing")
+        cond = find_condition(status.get("conditions"), "Progressing")
         paused = bool((d.get("spec") or {}).get("paused"))
         now = now_rfc3339()
         if paused and (cond is None or cond.get("reason") != "DeploymentPaused"):
@@ -504,7 +505,7 @@ class DeploymentController(QueueController):
         stamp = now_rfc3339()
         if not ro.has_progress_deadline(d):
             ro.remove_condition(status, "Progressing")
-        current = ro.get_condition(status, "Progressing")
+        current = find_condition(status.get("conditions"), "Progressing")
         done = status["replicas"] == status["updatedReplicas"] and current is not None and (
             current.get("reason") == "NewReplicaSetAvailable")
         name = new_rs["metadata"]["name"] if new_rs is not None else ""
@@ -536,7 +537,7 @@ class DeploymentController(QueueController):
 
     def _requeue_stuck(self, d: Obj, status: Obj, now: datetime) -> None:
         """Come back when the progress deadline would pass, since nothing else may wake us."""
-        cond = ro.get_condition(status, "Progressing")
+        cond = find_condition(status.get("conditions"), "Progressing")
         if not ro.has_progress_deadline(d) or cond is None:
             return
         if cond.get("reason") in ("NewReplicaSetAvailable", "ProgressDeadlineExceeded"):

@@ -16,8 +16,10 @@ import httpx
 from controller_manager.base import QueueController
 from controller_manager.context import ControllerContext
 from controller_manager.discovery import discover
-from controller_manager.podutil import condition, controller_ref, is_ready, now
+from controller_manager.podutil import controller_ref, is_ready, now
 from controller_manager.resources import DEPLOYMENTS, PODS, REPLICA_SETS, REPLICATION_CONTROLLERS, STATEFUL_SETS
+from services.api.conditions import get_condition, set_status_condition
+from services.api.intstr import scaled_value
 from services.api.meta import parse_time
 from services.api.selectors import LabelSelector
 from services.client import ApiError, Conflict, NotFound, gvr
@@ -60,20 +62,13 @@ def new(ctx: ControllerContext) -> DisruptionController:
 # -- the arithmetic ----------------------------------------------------------------------------------
 
 
-def scaled_value(value: int | str, total: int) -> int:
-    """An IntOrString against `total`, percentages rounding up (upstream's GetScaledValueFromIntOrPercent)."""
-    if isinstance(value, bool):
-        raise SyncError(f"invalid value for IntOrString: {value!r}")
-    if isinstance(value, int):
-        return value
-    text = str(value)
-    if not text.endswith("%"):
-        raise SyncError(f"invalid value for IntOrString: invalid type: string is not a percentage: {text!r}")
+def _scaled(value: int | str, total: int) -> int:
+    """A budget's IntOrString against `total`, percentages rounding up as upstream's do; a bad value
+    fails the sync."""
     try:
-        percent = int(text[:-1])
+        return scaled_value(value, total, round_up=True)
     except ValueError as exc:
-        raise SyncError(f"invalid value {text!r}: {exc}") from exc
-    return -(-percent * total // 100)
+        raise SyncError(str(exc)) from exc
 
 
 def needs_scale(spec: Obj) -> bool:
@@ -86,13 +81,13 @@ def expected_and_desired(spec: Obj, matched: int, scale: int) -> tuple[int, int]
     """(expectedPods, desiredHealthy): `matched` pods are selected, their controllers want `scale`."""
     max_unavailable = spec.get("maxUnavailable")
     if max_unavailable is not None:
-        return scale, max(0, scale - scaled_value(max_unavailable, scale))
+        return scale, max(0, scale - _scaled(max_unavailable, scale))
     min_available = spec.get("minAvailable")
     if min_available is None:
         return 0, 0
     if isinstance(min_available, str):
-        return scale, scaled_value(min_available, scale)
-    return matched, scaled_value(min_available, matched)
+        return scale, _scaled(min_available, scale)
+    return matched, _scaled(min_available, matched)
 
 
 def disruptions_allowed(current_healthy: int, desired_healthy: int, expected: int) -> int:
@@ -151,20 +146,6 @@ def count_healthy(pods: list[Obj], disrupted: dict[str, str], at: datetime) -> i
     return healthy
 
 
-def set_condition(status: Obj, new_cond: Obj, at: str) -> None:
-    """Upstream's meta.SetStatusCondition: lastTransitionTime moves only when the status does."""
-    conditions = [dict(c) for c in status.get("conditions") or []]
-    for cond in conditions:
-        if cond.get("type") == new_cond["type"]:
-            if cond.get("status") != new_cond["status"]:
-                cond["lastTransitionTime"] = at
-            cond.update({k: new_cond[k] for k in ("status", "reason", "message", "observedGeneration")})
-            break
-    else:
-        conditions.append({**new_cond, "lastTransitionTime": at})
-    status["conditions"] = conditions
-
-
 def allowed_condition(status: Obj) -> Obj:
     """DisruptionAllowed as the budget's numbers say (upstream's UpdateDisruptionAllowedCondition)."""
     allowed = int(status.get("disruptionsAllowed") or 0) > 0
@@ -181,7 +162,7 @@ def conditions_up_to_date(pdb: Obj) -> bool:
     status = pdb.get("status") or {}
     if int(status.get("observedGeneration") or 0) != int(pdb["metadata"].get("generation") or 0):
         return False
-    cond = condition(pdb, DISRUPTION_ALLOWED)
+    cond = get_condition(pdb, DISRUPTION_ALLOWED)
     if cond is None:
         return False
     want = allowed_condition(status)
@@ -213,7 +194,7 @@ def stale_disruption_wait(pod: Obj, at: datetime) -> float | None:
     """Seconds until the pod's DisruptionTarget condition counts as stale (0: it is), None if it cannot."""
     if pod["metadata"].get("deletionTimestamp"):
         return None
-    cond = condition(pod, DISRUPTION_TARGET)
+    cond = get_condition(pod, DISRUPTION_TARGET)
     if cond is None or cond.get("status") != "True":
         return None
     since = parse_time(cond.get("lastTransitionTime")) or at
@@ -371,14 +352,14 @@ class DisruptionController(QueueController):
             status["disruptedPods"] = disrupted
         if old.get("conditions"):
             status["conditions"] = old["conditions"]
-        set_condition(status, allowed_condition(status), _time(now()))
+        set_status_condition(status, allowed_condition(status), _time(now()))
         await self._write(pdb, status)
 
     async def _fail_safe(self, pdb: Obj, message: str) -> None:
         """Allow no disruption while the budget cannot be computed (upstream's failSafe)."""
         status = copy.deepcopy(pdb.get("status") or {})
         status["disruptionsAllowed"] = 0
-        set_condition(status, {"type": DISRUPTION_ALLOWED, "status": "False", "reason": SYNC_FAILED,
+        set_status_condition(status, {"type": DISRUPTION_ALLOWED, "status": "False", "reason": SYNC_FAILED,
                                "message": message, "observedGeneration": int(status.get("observedGeneration") or 0)},
                       _time(now()))
         await self._write(pdb, status)

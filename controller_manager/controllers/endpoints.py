@@ -7,26 +7,26 @@ Services without a selector keep whatever Endpoints their users write.
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 from typing import Any
 
 from controller_manager.base import QueueController
 from controller_manager.context import ControllerContext
-from controller_manager.controllers.endpointslice_util import (
+from controller_manager.endpointutil import (
     ENDPOINTS,
     LABEL_HEADLESS,
     SERVICES,
     TRIGGER_TIME_ANNOTATION,
     TriggerTimeTracker,
-    deep_copy,
     find_port,
     format_time,
     is_ipv6,
     is_service_ip_set,
-    namespace_terminating,
     pod_ips,
     pod_service_keys,
     publish_not_ready,
+    repack_subsets,
     service_selector,
     services_to_update,
     should_pod_be_in_endpoints,
@@ -34,7 +34,7 @@ from controller_manager.controllers.endpointslice_util import (
 )
 from controller_manager.podutil import is_ready
 from controller_manager.resources import PODS
-from services.client import ApiError, NotFound
+from services.client import ApiError, NotFound, namespace_terminating
 from services.informers import split_key
 from services.runtime.durations import duration_flag
 
@@ -47,8 +47,6 @@ MAX_CAPACITY = 1000
 OVER_CAPACITY_ANNOTATION = "endpoints.kubernetes.io/over-capacity"
 TRUNCATED = "truncated"
 LEADER_ANNOTATION = "control-plane.alpha.kubernetes.io/leader"
-#: stands in for "no ports" while repacking, as upstream's Port: -1 sentinel
-_NO_PORT = ("", -1, "", None)
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -117,63 +115,6 @@ def desired_subsets(service: Obj, pods: list[Obj]) -> list[Obj]:
             if number is not None:
                 subsets.append({field: [address], "ports": [endpoint_port(service_port, number)]})
     return repack_subsets(subsets)
-
-
-def _address_key(address: Obj) -> tuple[str, str]:
-    return address.get("ip", ""), (address.get("targetRef") or {}).get("uid", "")
-
-
-def _port_key(port: Obj) -> tuple[str, int, str, str | None]:
-    return port.get("name") or "", int(port.get("port") or 0), port.get("protocol") or "", port.get("appProtocol")
-
-
-def _subset_sort_key(subset: Obj) -> tuple[Any, ...]:
-    addresses = subset.get("addresses") or subset.get("notReadyAddresses") or []
-    return (_address_key(addresses[0]) if addresses else ("", ""),
-            [_port_key(p) for p in subset.get("ports") or []])
-
-
-def repack_subsets(subsets: list[Obj]) -> list[Obj]:
-    """Canonical subsets: addresses offering the same ports with the same readiness grouped together.
-
-    An address not ready on some port is not ready on it even if listed ready elsewhere, and an
-    address without ports keeps a subset of its own (upstream's RepackSubsets).
-    """
-    addresses: dict[tuple[str, str], Obj] = {}
-    ready_by_port: dict[tuple[str, int, str, str | None], dict[tuple[str, str], bool]] = {}
-    ports: dict[tuple[str, int, str, str | None], Obj] = {}
-    for subset in subsets:
-        subset_ports = subset.get("ports") or [None]
-        for port in subset_ports:
-            pkey = _NO_PORT if port is None else _port_key(port)
-            if port is not None:
-                ports.setdefault(pkey, port)
-            seen = ready_by_port.setdefault(pkey, {})
-            for field, ready in (("addresses", True), ("notReadyAddresses", False)):
-                for address in subset.get(field) or []:
-                    akey = _address_key(address)
-                    addresses.setdefault(akey, address)
-                    if seen.get(akey, True):
-                        seen[akey] = ready
-    groups: dict[frozenset[tuple[tuple[str, str], bool]], list[Obj]] = {}
-    for pkey, seen in ready_by_port.items():
-        members = groups.setdefault(frozenset(seen.items()), [])
-        if pkey != _NO_PORT:
-            members.append(ports[pkey])
-    final = []
-    for members_key, group_ports in groups.items():
-        ready = sorted((addresses[a] for a, r in members_key if r), key=_address_key)
-        not_ready = sorted((addresses[a] for a, r in members_key if not r), key=_address_key)
-        subset: Obj = {}
-        if ready:
-            subset["addresses"] = ready
-        if not_ready:
-            subset["notReadyAddresses"] = not_ready
-        if group_ports:
-            subset["ports"] = sorted(group_ports, key=_port_key)
-        if ready or not_ready:
-            final.append(subset)
-    return sorted(final, key=_subset_sort_key)
 
 
 def truncate_subsets(subsets: list[Obj], capacity: int = MAX_CAPACITY) -> tuple[list[Obj], bool]:
@@ -303,7 +244,7 @@ class EndpointsController(QueueController):
                 and (annotations.get(OVER_CAPACITY_ANNOTATION) == TRUNCATED) == truncated
             ):
                 return
-            body = deep_copy(current)
+            body = copy.deepcopy(current)
         else:
             body = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": name, "namespace": namespace}}
         meta = body["metadata"]

@@ -10,19 +10,18 @@ from typing import Any
 
 from controller_manager.base import QueueController, RequeueAfter
 from controller_manager.context import ControllerContext
-from controller_manager.controllers.endpointslice_reconciler import (
+from controller_manager.endpointslice_reconciler import (
     CONTROLLER_NAME,
     DEFAULT_MAX_ENDPOINTS_PER_SLICE,
     LABEL_ZONE,
     apply_plan,
     reconcile,
 )
-from controller_manager.controllers.endpointslice_util import (
+from controller_manager.endpointslice_tracker import ManagedSlices, SliceTracker
+from controller_manager.endpointutil import (
     ENDPOINT_SLICES,
     SERVICES,
     TRIGGER_TIME_ANNOTATION,
-    ManagedSlices,
-    SliceTracker,
     TriggerTimeTracker,
     format_time,
     pod_service_keys,

@@ -11,8 +11,7 @@ from typing import Any
 
 from controller_manager.base import QueueController, RequeueAfter
 from controller_manager.context import ControllerContext
-from controller_manager.controllers.endpoints import repack_subsets
-from controller_manager.controllers.endpointslice_reconciler import (
+from controller_manager.endpointslice_reconciler import (
     EndpointKey,
     Plan,
     PortKey,
@@ -23,15 +22,15 @@ from controller_manager.controllers.endpointslice_reconciler import (
     port_map_key,
     recycle,
 )
-from controller_manager.controllers.endpointslice_util import (
+from controller_manager.endpointslice_tracker import ManagedSlices, SliceTracker
+from controller_manager.endpointutil import (
     ENDPOINT_SLICES,
     ENDPOINTS,
     LABEL_MANAGED_BY,
     LABEL_SERVICE_NAME,
     SERVICES,
     TRIGGER_TIME_ANNOTATION,
-    ManagedSlices,
-    SliceTracker,
+    repack_subsets,
 )
 from services.client import NotFound
 from services.informers import split_key

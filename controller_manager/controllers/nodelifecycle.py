@@ -22,6 +22,7 @@ from controller_manager.base import QueueController
 from controller_manager.context import ControllerContext
 from controller_manager.events import EventRecorder
 from controller_manager.resources import NODES, PODS
+from services.api.conditions import get_condition
 from services.api.meta import now_rfc3339, parse_time
 from services.client import ApiError, Conflict, NotFound, gvr
 from services.informers import NODE_NAME_INDEX, Informer
@@ -88,13 +89,6 @@ def new(ctx: ControllerContext) -> NodeLifecycleController:
 
 
 # -- pure decisions ---------------------------------------------------------------------------------
-
-
-def get_condition(node: Obj, ctype: str) -> Obj | None:
-    for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == ctype:
-            return cond
-    return None
 
 
 def ready_status(node: Obj) -> str | None:

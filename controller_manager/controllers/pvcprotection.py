@@ -11,6 +11,7 @@ from typing import Any
 from controller_manager.base import QueueController
 from controller_manager.context import ControllerContext
 from controller_manager.podutil import is_terminal
+from controller_manager.protectionutil import is_deletion_candidate, needs_finalizer
 from controller_manager.resources import PODS, PVCS
 
 NAME = "pvc-protection"
@@ -21,16 +22,6 @@ Obj = dict[str, Any]
 
 def new(ctx: ControllerContext) -> PVCProtectionController:
     return PVCProtectionController(ctx)
-
-
-def is_deletion_candidate(obj: Obj, finalizer: str) -> bool:
-    meta = obj["metadata"]
-    return bool(meta.get("deletionTimestamp")) and finalizer in (meta.get("finalizers") or ())
-
-
-def needs_finalizer(obj: Obj, finalizer: str) -> bool:
-    meta = obj["metadata"]
-    return not meta.get("deletionTimestamp") and finalizer not in (meta.get("finalizers") or ())
 
 
 def pod_is_shut_down(pod: Obj) -> bool:

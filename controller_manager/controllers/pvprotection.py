@@ -10,7 +10,7 @@ from typing import Any
 
 from controller_manager.base import QueueController
 from controller_manager.context import ControllerContext
-from controller_manager.controllers.pvcprotection import is_deletion_candidate, needs_finalizer
+from controller_manager.protectionutil import is_deletion_candidate, needs_finalizer
 from controller_manager.resources import PVS
 
 NAME = "pv-protection"

@@ -1,9 +1,9 @@
-"""ReplicationController controller: the ReplicaSet controller over v1 ReplicationControllers."""
+"""ReplicationController controller: the replica manager over v1 ReplicationControllers."""
 
 from __future__ import annotations
 
 from controller_manager.context import ControllerContext
-from controller_manager.controllers.replicaset import ReplicaSetController
+from controller_manager.replica_manager import ReplicaSetController
 from controller_manager.resources import REPLICATION_CONTROLLERS
 
 NAME = "replicationcontroller"

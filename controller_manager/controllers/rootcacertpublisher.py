@@ -6,6 +6,7 @@ The CA comes from --root-ca-file, or else from what the controller-manager's own
 from __future__ import annotations
 
 import argparse
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,8 @@ import structlog
 
 from controller_manager.base import QueueController
 from controller_manager.context import ControllerContext
-from controller_manager.controllers.endpointslice_util import deep_copy, namespace_terminating
 from controller_manager.resources import NAMESPACES
-from services.client import AlreadyExists, ApiError, Client, NotFound, gvr
+from services.client import AlreadyExists, ApiError, Client, NotFound, gvr, namespace_terminating
 
 log = structlog.get_logger(__name__)
 
@@ -108,7 +108,7 @@ class RootCACertPublisher(QueueController):
         annotations = (current.get("metadata") or {}).get("annotations") or {}
         if current.get("data") == data and annotations.get(DESCRIPTION_ANNOTATION):
             return
-        body = deep_copy(current)
+        body = copy.deepcopy(current)
         body["data"] = data
         body["metadata"]["annotations"] = {**annotations, DESCRIPTION_ANNOTATION: DESCRIPTION}
         await self.client.replace(CONFIGMAPS, body, namespace=key)

@@ -9,7 +9,7 @@ from typing import Any
 from controller_manager.base import QueueController
 from controller_manager.context import ControllerContext
 from controller_manager.resources import NAMESPACES, SERVICE_ACCOUNTS
-from services.client import AlreadyExists, Forbidden, NotFound
+from services.client import AlreadyExists, Forbidden, NotFound, namespace_terminating
 
 NAME = "serviceaccount"
 DEFAULT_NAMES = ("default",)
@@ -49,5 +49,5 @@ class ServiceAccountsController(QueueController):
             except (AlreadyExists, NotFound):
                 pass
             except Forbidden as exc:
-                if "being terminated" not in str(exc):
+                if not namespace_terminating(exc):
                     raise

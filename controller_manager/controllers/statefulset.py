@@ -15,7 +15,7 @@ from typing import Any
 
 from controller_manager.base import QueueController, RequeueAfter
 from controller_manager.context import ControllerContext
-from controller_manager.controllers.statefulset_revisions import (
+from controller_manager.history import (
     REVISION_HASH,
     ensure_revision,
     owned_revisions,
@@ -30,9 +30,10 @@ from controller_manager.podutil import (
     is_ready,
     new_controller_ref,
     release_patch,
+    selector_of,
 )
 from controller_manager.resources import CONTROLLER_REVISIONS, PODS, PVCS, STATEFUL_SETS
-from services.api.selectors import LabelSelector
+from services.api.intstr import scaled_value
 from services.client import AlreadyExists, NotFound
 
 NAME = "statefulset"
@@ -91,14 +92,9 @@ def pod_revision(pod: Obj) -> str:
     return ((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_HASH, "")
 
 
-def int_or_percent(value: Any, total: int, round_up: bool) -> int:
-    """Upstream's GetScaledValueFromIntOrPercent."""
-    if value is None:
-        return 1
-    if isinstance(value, str) and value.endswith("%"):
-        scaled = int(value[:-1]) * total
-        return -(-scaled // 100) if round_up else scaled // 100
-    return int(value)
+def _or_one(value: int | str | None) -> int | str:
+    """maxUnavailable unset means one pod at a time (upstream's ValueOrDefault(..., 1))."""
+    return 1 if value is None else value
 
 
 def rolling_update_targets(
@@ -298,7 +294,7 @@ class StatefulSetController(QueueController):
             return
         labels = pod["metadata"].get("labels") or {}
         for sts in self.sets.list(namespace):
-            if _selector(sts).matches(labels):
+            if selector_of(sts).matches(labels):
                 self.enqueue(sts)
 
     async def sync(self, key: str) -> None:
@@ -334,7 +330,7 @@ class StatefulSetController(QueueController):
             raise RequeueAfter(wait)
 
     async def _claim_pods(self, sts: Obj) -> list[Obj]:
-        selector = _selector(sts)
+        selector = selector_of(sts)
         name = sts["metadata"]["name"]
         owned: list[Obj] = []
         for pod in self.pods.list(sts["metadata"]["namespace"]):
@@ -436,9 +432,8 @@ class StatefulSetController(QueueController):
         if strategy.get("type", "RollingUpdate") != "RollingUpdate":
             return None
         max_unavailable = max(
-            int_or_percent(
-                (strategy.get("rollingUpdate") or {}).get("maxUnavailable"), replicas_of(sts), round_up=False
-            ),
+            scaled_value(_or_one((strategy.get("rollingUpdate") or {}).get("maxUnavailable")), replicas_of(sts),
+                         round_up=False),
             1,
         )
         if ordered and any(
@@ -527,9 +522,3 @@ class StatefulSetController(QueueController):
 
         await asyncio.gather(*(one(c) for c in new_claims(sts, ordinal)))
 
-
-def _selector(sts: Obj) -> LabelSelector:
-    try:
-        return LabelSelector.from_dict((sts.get("spec") or {}).get("selector"))
-    except ValueError:
-        return LabelSelector.nothing()

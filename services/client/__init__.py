@@ -25,6 +25,7 @@ from services.client.errors import (
     Unauthorized,
     error_from_response,
     error_from_status,
+    namespace_terminating,
 )
 from services.client.ratelimit import TokenBucket
 from services.client.rest import GVR, Client, ResourceType, Watch, gvr, resource_path
@@ -58,5 +59,6 @@ __all__ = [
     "in_cluster_config",
     "load_config",
     "load_kubeconfig",
+    "namespace_terminating",
     "resource_path",
 ]

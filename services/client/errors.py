@@ -213,3 +213,16 @@ def _parse_retry_after(value: str | None) -> float | None:
     except ValueError:
         return None
     return max(seconds, 0.0)
+
+
+#: the Status cause an apiserver gives for a create into a namespace being deleted
+NAMESPACE_TERMINATING_CAUSE = "NamespaceTerminating"
+
+
+def namespace_terminating(exc: BaseException) -> bool:
+    """A create refused because its namespace is Terminating (a Forbidden naming NamespaceTerminating),
+    which controllers expect during namespace deletion and do not report as a failure."""
+    if not isinstance(exc, Forbidden):
+        return False
+    causes = (exc.details or {}).get("causes") or []
+    return any(c.get("reason") == NAMESPACE_TERMINATING_CAUSE for c in causes) or "being terminated" in str(exc)

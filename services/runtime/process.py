@@ -21,6 +21,20 @@ from services.runtime.logging import configure_logging, level_for_verbosity
 log = structlog.get_logger(__name__)
 
 
+#: what Go's strconv.ParseBool accepts, which is what upstream's boolean flags take
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+def boolean_flag(text: str) -> bool:
+    """A boolean flag's value as upstream parses `--flag=VALUE` (use with nargs="?", const=True)."""
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
+
+
 def base_parser(
     prog: str | None = None, description: str | None = None, default_secure_port: int = 0
 ) -> argparse.ArgumentParser:

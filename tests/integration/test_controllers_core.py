@@ -461,8 +461,16 @@ async def test_cascading_deletion_modes(client: Client, kubelet: Proc, kubectl: 
     d = await client.get(DEPLOYMENTS, "fg", ns)
     assert "foregroundDeletion" in d["metadata"]["finalizers"]
     await eventually(lambda: _gone(client, ns, "fg"), what="foreground cascade")
-    with pytest.raises(NotFound):
-        await client.get(DEPLOYMENTS, "fg", ns)
+
+    async def owner_gone() -> bool:
+        """The collector drops the owner's finalizer only after it has seen the last dependent go."""
+        try:
+            await client.get(DEPLOYMENTS, "fg", ns)
+        except NotFound:
+            return True
+        return False
+
+    await eventually(owner_gone, what="the foreground owner deleted after its dependents")
 
     pods_before = {p["metadata"]["name"] for p in await pods_of(client, ns, "or")}
     kubectl.run("delete", "deployment/or", "--cascade=orphan", "-n", ns)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from controller_manager.controllers.cronjob import (
+from controller_manager.controllers.cronjob.controller import (
     ScaledClock,
     history_to_delete,
     job_from_template,
@@ -16,7 +16,7 @@ from controller_manager.controllers.cronjob import (
     next_schedule_time,
     too_late,
 )
-from controller_manager.controllers.cronjob_schedule import (
+from controller_manager.controllers.cronjob.schedule import (
     MAX_MISSED,
     EverySchedule,
     ScheduleError,

@@ -19,10 +19,9 @@ from controller_manager.controllers.disruption import (
     expected_and_desired,
     needs_scale,
     pdbs_for_pod,
-    scaled_value,
-    set_condition,
     stale_disruption_wait,
 )
+from services.api.conditions import set_status_condition
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -39,18 +38,10 @@ def pod(name: str, ready: bool = True, deleting: bool = False, labels: dict[str,
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
 
 
-@pytest.mark.parametrize(("value", "total", "want"), [
-    (3, 10, 3), ("50%", 5, 3), ("50%", 4, 2), ("1%", 1, 1), ("0%", 7, 0), ("100%", 7, 7), ("34%", 3, 2),
-    ("30%", 7, 3), ("10%", 0, 0),
-])
-def test_scaled_value_rounds_percentages_up(value: int | str, total: int, want: int) -> None:
-    assert scaled_value(value, total) == want
-
-
 @pytest.mark.parametrize("value", ["5", "x%", True])
-def test_scaled_value_refuses_what_is_neither_int_nor_percentage(value: Any) -> None:
-    with pytest.raises(SyncError):
-        scaled_value(value, 10)
+def test_a_budget_neither_int_nor_percentage_fails_the_sync(value: Any) -> None:
+    with pytest.raises(SyncError, match="invalid value for IntOrString"):
+        expected_and_desired({"maxUnavailable": value}, 10, 10)
 
 
 def test_needs_scale_only_for_percentages_and_max_unavailable() -> None:
@@ -121,13 +112,13 @@ def test_count_healthy_skips_unready_deleting_and_disrupted_pods() -> None:
 
 def test_condition_follows_disruptions_allowed_and_keeps_transition_time() -> None:
     status: dict[str, Any] = {"disruptionsAllowed": 1, "observedGeneration": 2}
-    set_condition(status, allowed_condition(status), "t1")
+    set_status_condition(status, allowed_condition(status), "t1")
     assert status["conditions"] == [{"type": "DisruptionAllowed", "status": "True", "reason": "SufficientPods",
                                      "message": "", "observedGeneration": 2, "lastTransitionTime": "t1"}]
-    set_condition(status, allowed_condition(status), "t2")
+    set_status_condition(status, allowed_condition(status), "t2")
     assert status["conditions"][0]["lastTransitionTime"] == "t1"
     status["disruptionsAllowed"] = 0
-    set_condition(status, allowed_condition(status), "t3")
+    set_status_condition(status, allowed_condition(status), "t3")
     assert status["conditions"][0]["status"] == "False"
     assert status["conditions"][0]["reason"] == "InsufficientPods"
     assert status["conditions"][0]["lastTransitionTime"] == "t3"
@@ -135,7 +126,7 @@ def test_condition_follows_disruptions_allowed_and_keeps_transition_time() -> No
 
 def test_conditions_up_to_date_needs_the_current_generation_and_matching_reason() -> None:
     status: dict[str, Any] = {"disruptionsAllowed": 0, "observedGeneration": 1}
-    set_condition(status, allowed_condition(status), "t")
+    set_status_condition(status, allowed_condition(status), "t")
     pdb = {"metadata": {"generation": 1}, "status": status}
     assert conditions_up_to_date(pdb)
     assert not conditions_up_to_date({"metadata": {"generation": 2}, "status": status})

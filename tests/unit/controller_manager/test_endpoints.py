@@ -10,13 +10,13 @@ from typing import Any
 from controller_manager.controllers.endpoints import (
     desired_subsets,
     normalized_subsets,
-    repack_subsets,
     truncate_subsets,
 )
-from controller_manager.controllers.endpointslice_util import (
+from controller_manager.endpointutil import (
     TriggerTimeTracker,
     find_port,
     format_time,
+    repack_subsets,
     services_to_update,
     should_pod_be_in_endpoints,
 )

@@ -8,15 +8,15 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from controller_manager.controllers.endpointslice_reconciler import (
+from controller_manager.controllers.endpointslicemirroring import mirror_plan, should_mirror
+from controller_manager.endpointslice_reconciler import (
     CONTROLLER_NAME,
     Plan,
     address_types,
     reconcile,
     slice_to_fill,
 )
-from controller_manager.controllers.endpointslice_util import SliceTracker
-from controller_manager.controllers.endpointslicemirroring import mirror_plan, should_mirror
+from controller_manager.endpointslice_tracker import SliceTracker
 
 Obj = dict[str, Any]
 NODES = {"node-1": {"metadata": {"name": "node-1", "labels": {"topology.kubernetes.io/zone": "zone-a"}}},

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from controller_manager.controllers.job import (
+from controller_manager.controllers.job.controller import (
     COMPLETION_INDEX,
     TRACKING_FINALIZER,
     BackoffRecord,
@@ -16,7 +16,7 @@ from controller_manager.controllers.job import (
     pod_failed,
     set_condition,
 )
-from controller_manager.controllers.job_policy import (
+from controller_manager.controllers.job.policy import (
     backoff_exceeded,
     format_indexes,
     match_pod_failure_policy,

@@ -8,8 +8,8 @@ import argparse
 
 import pytest
 
-from controller_manager.controllers.nodeipam import build_cidr_sets, node_cidrs, node_masks
-from controller_manager.controllers.nodeipam_cidrset import CIDRSet, CIDRSetFull
+from controller_manager.controllers.nodeipam.cidrset import CIDRSet, CIDRSetFull
+from controller_manager.controllers.nodeipam.controller import build_cidr_sets, node_cidrs, node_masks
 
 
 def options(**values: object) -> argparse.Namespace:

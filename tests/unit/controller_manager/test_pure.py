@@ -13,7 +13,6 @@ from controller_manager.app import build_parser
 from controller_manager.controllers.garbagecollector import classify_owners, delete_policy
 from controller_manager.controllers.namespace import build_conditions
 from controller_manager.controllers.podgc import terminated_to_delete
-from controller_manager.controllers.replicaset import calculate_status
 from controller_manager.expectations import Expectations
 from controller_manager.podutil import (
     MAX_IN_FLIGHT,
@@ -26,6 +25,7 @@ from controller_manager.podutil import (
     slow_start_batch,
 )
 from controller_manager.registry import KNOWN_UNIMPLEMENTED, Descriptor, discover, enabled
+from controller_manager.replica_manager import calculate_status
 from services.runtime.durations import duration
 
 T0 = "2024-01-01T00:00:00Z"
@@ -252,8 +252,7 @@ def test_proportional_scaling() -> None:
 
 def test_go_round_and_percent_values() -> None:
     assert [ro.go_round(v) for v in (0.5, 1.5, -0.5, 2.4)] == [1, 2, -1, 2]
-    assert ro.scaled_value("25%", 10, True) == 3 and ro.scaled_value("25%", 10, False) == 2
-    assert ro.scaled_value(None, 10, True) == 0
+    assert ro.rolling_params({"spec": {"replicas": 10, "strategy": {"rollingUpdate": {"maxSurge": None}}}}) == (3, 2)
 
 
 def test_progress_checks() -> None:

@@ -13,14 +13,14 @@ import pytest
 
 from controller_manager.app import build_parser
 from controller_manager.context import ControllerContext
-from controller_manager.controllers.replicaset import (
+from controller_manager.controllers.replicaset import new
+from controller_manager.events import EventBroadcaster
+from controller_manager.replica_manager import (
     STATUS_SYNC_DELAY,
     ReplicaSetController,
     Tally,
     calculate_status,
-    new,
 )
-from controller_manager.events import EventBroadcaster
 from services.client import Client
 from services.informers import SharedInformerFactory
 

@@ -8,14 +8,13 @@ from typing import Any
 from controller_manager.controllers.statefulset import (
     claim_owner_refs,
     compute_status,
-    int_or_percent,
     new_claims,
     new_pod,
     ordinal_range,
     parse_ordinal,
     rolling_update_targets,
 )
-from controller_manager.controllers.statefulset_revisions import (
+from controller_manager.history import (
     revision_data,
     safe_encode,
     template_hash,
@@ -126,13 +125,6 @@ def test_rolling_update_goes_from_highest_ordinal_to_partition() -> None:
     assert rolling_update_targets(pods, range(5), 0, 1, "r2") == []
     # Partition above every old pod: nothing to do.
     assert rolling_update_targets({i: pod(i) for i in range(3)}, range(3), 3, 1, "r2") == []
-
-
-def test_int_or_percent() -> None:
-    assert int_or_percent("50%", 5, round_up=False) == 2
-    assert int_or_percent("50%", 5, round_up=True) == 3
-    assert int_or_percent(2, 5, round_up=False) == 2
-    assert int_or_percent(None, 5, round_up=False) == 1
 
 
 def test_status_and_completed_rollout() -> None:

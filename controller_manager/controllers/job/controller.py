@@ -19,9 +19,8 @@ from typing import Any
 
 from controller_manager.base import QueueController, RequeueAfter
 from controller_manager.context import ControllerContext
-from controller_manager.controllers.job_policy import (
+from controller_manager.controllers.job.policy import (
     backoff_exceeded,
-    condition_true,
     format_indexes,
     is_finished,
     match_pod_failure_policy,
@@ -41,6 +40,7 @@ from controller_manager.podutil import (
     slow_start_batch,
 )
 from controller_manager.resources import JOBS, PODS
+from services.api.conditions import true_condition
 from services.api.meta import parse_time
 from services.api.selectors import LabelSelector
 from services.client import NotFound
@@ -397,7 +397,7 @@ class JobSync:
             if p["metadata"].get("deletionTimestamp")
             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         ]
-        target = condition_true(job, "FailureTarget") or condition_true(job, "SuccessCriteriaMet")
+        target = true_condition(job, "FailureTarget") or true_condition(job, "SuccessCriteriaMet")
         if target is None:
             target = self._decide_end(active, fail_job_message)
         if target is not None:
@@ -405,7 +405,7 @@ class JobSync:
         elif self.spec.get("suspend"):
             await self._suspend(active)
         else:
-            if condition_true(job, "Suspended"):
+            if true_condition(job, "Suspended"):
                 self._set(_condition("Suspended", "JobResumed", "Job resumed", self.now, status="False"))
                 self.status["startTime"] = _fmt(self.now)
                 self.ctl.recorder.normal(job, "Resumed", "Job resumed")
@@ -431,7 +431,7 @@ class JobSync:
         fail_job = ""
         completed, failed_idx = self.completed, self.failed_indexes
         per_index = self.spec.get("backoffLimitPerIndex") is not None
-        succeeding = condition_true(job, "SuccessCriteriaMet") is not None
+        succeeding = true_condition(job, "SuccessCriteriaMet") is not None
         observed: list[tuple[Obj, bool]] = []
         for pod in self.pods:
             if not has_finalizer(pod) or not pod_finished(pod, job):
@@ -575,7 +575,7 @@ class JobSync:
         """Hold the interim condition while pods terminate, then the final one."""
         job = self.job
         success = target["type"] == "SuccessCriteriaMet"
-        if not condition_true(job, target["type"]):
+        if not true_condition(job, target["type"]):
             self._set(target)
             if not success:
                 self.ctl.recorder.warning(job, target["reason"], target["message"])
@@ -601,7 +601,7 @@ class JobSync:
         if active:
             await self._delete_pods(active)
             active.clear()
-        if not condition_true(self.job, "Suspended"):
+        if not true_condition(self.job, "Suspended"):
             self._set(_condition("Suspended", "JobSuspended", "Job suspended", self.now))
             self.ctl.recorder.normal(self.job, "Suspended", "Job suspended")
 

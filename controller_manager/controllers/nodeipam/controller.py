@@ -9,14 +9,14 @@ import argparse
 import ipaddress
 from typing import Any
 
-from controller_manager.app import boolean
 from controller_manager.base import QueueController, RequeueAfter
 from controller_manager.context import ControllerContext
-from controller_manager.controllers.nodeipam_cidrset import CIDRSet, CIDRSetFull
+from controller_manager.controllers.nodeipam.cidrset import CIDRSet, CIDRSetFull
 from controller_manager.events import EventRecorder
 from controller_manager.resources import NODES
 from services.client import ApiError, NotFound, ServerTimeout
 from services.informers import Informer
+from services.runtime import boolean_flag
 
 NAME = "nodeipam"
 
@@ -29,7 +29,7 @@ UPDATE_WORKERS = 4
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--allocate-node-cidrs", type=boolean, nargs="?", const=True, default=False,
+    parser.add_argument("--allocate-node-cidrs", type=boolean_flag, nargs="?", const=True, default=False,
                         help="allocate a pod CIDR to every node from --cluster-cidr")
     parser.add_argument("--cluster-cidr", default="", help="CIDR(s) of pods in the cluster, comma-separated")
     parser.add_argument("--node-cidr-mask-size", type=int, default=0,

@@ -1,20 +1,21 @@
 """What the Endpoints, EndpointSlice and mirroring controllers share, like upstream's
-k8s.io/endpointslice/util: which pods belong in endpoints, port resolution, the services a pod
-change touches, the last-change-trigger-time tracker and the tracker of slices this process wrote.
+pkg/controller/util/endpoint and pkg/api/v1/endpoints: which pods belong in endpoints, port
+resolution, the services a pod change touches, the last-change-trigger-time tracker, and the
+canonical packing of Endpoints subsets.
 """
 
 from __future__ import annotations
 
-import copy
 import ipaddress
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from controller_manager.podutil import condition, is_ready
+from controller_manager.podutil import is_ready
+from services.api.conditions import get_condition
 from services.api.meta import parse_time
 from services.api.selectors import LabelSelector
-from services.client import Forbidden, gvr
+from services.client import gvr
 
 Obj = dict[str, Any]
 
@@ -28,19 +29,8 @@ LABEL_MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
 LABEL_HEADLESS = "service.kubernetes.io/headless"
 #: the deprecated annotation that predates spec.publishNotReadyAddresses
 TOLERATE_UNREADY_ANNOTATION = "service.alpha.kubernetes.io/tolerate-unready-endpoints"
-NAMESPACE_TERMINATING_CAUSE = "NamespaceTerminating"
-
-
-def deep_copy(obj: Obj) -> Obj:
-    return copy.deepcopy(obj)
-
-
-def namespace_terminating(exc: BaseException) -> bool:
-    """Creates into a Terminating namespace fail with a Forbidden naming NamespaceTerminating."""
-    if not isinstance(exc, Forbidden):
-        return False
-    causes = (exc.details or {}).get("causes") or []
-    return any(c.get("reason") == NAMESPACE_TERMINATING_CAUSE for c in causes) or "being terminated" in str(exc)
+#: stands in for "no ports" while repacking, as upstream's Port: -1 sentinel
+_NO_PORT = ("", -1, "", None)
 
 
 def is_ipv6(ip: str) -> bool:
@@ -195,7 +185,7 @@ class TriggerTimeTracker:
         earliest: datetime | None = None
         seen: dict[str, datetime] = {}
         for pod in pods:
-            ready = condition(pod, "Ready")
+            ready = get_condition(pod, "Ready")
             moment = parse_time(ready.get("lastTransitionTime")) if ready else None
             if moment is None:
                 continue
@@ -214,104 +204,58 @@ class TriggerTimeTracker:
         self._states.pop(service_key(namespace, name), None)
 
 
-#: generation recorded for a slice this process deleted
-_DELETION_EXPECTED = -1
+def _address_key(address: Obj) -> tuple[str, str]:
+    return address.get("ip", ""), (address.get("targetRef") or {}).get("uid", "")
 
 
-class SliceTracker:
-    """The generation of every EndpointSlice this controller last wrote, by Service, so a sync can
-    tell a stale cache (its own write not seen yet) from a change made by someone else.
+def _port_key(port: Obj) -> tuple[str, int, str, str | None]:
+    return port.get("name") or "", int(port.get("port") or 0), port.get("protocol") or "", port.get("appProtocol")
+
+
+def _subset_sort_key(subset: Obj) -> tuple[Any, ...]:
+    addresses = subset.get("addresses") or subset.get("notReadyAddresses") or []
+    return (_address_key(addresses[0]) if addresses else ("", ""),
+            [_port_key(p) for p in subset.get("ports") or []])
+
+
+def repack_subsets(subsets: list[Obj]) -> list[Obj]:
+    """Canonical subsets: addresses offering the same ports with the same readiness grouped together.
+
+    An address not ready on some port is not ready on it even if listed ready elsewhere, and an
+    address without ports keeps a subset of its own (upstream's RepackSubsets).
     """
-
-    def __init__(self) -> None:
-        self._by_service: dict[str, dict[str, int]] = {}
-
-    @staticmethod
-    def _service_of(slice_: Obj) -> str:
-        meta = slice_.get("metadata") or {}
-        return service_key(meta.get("namespace") or "", (meta.get("labels") or {}).get(LABEL_SERVICE_NAME, ""))
-
-    def has(self, slice_: Obj) -> bool:
-        return slice_["metadata"].get("uid") in self._by_service.get(self._service_of(slice_), {})
-
-    def should_sync(self, slice_: Obj) -> bool:
-        """True when the cached slice is not one of our own writes (unknown, or newer than ours)."""
-        recorded = self._by_service.get(self._service_of(slice_), {}).get(slice_["metadata"].get("uid", ""))
-        return recorded is None or int(slice_["metadata"].get("generation") or 0) > recorded
-
-    def stale(self, key: str, slices: list[Obj]) -> bool:
-        """The cache lacks a write of ours, or still holds a slice we deleted."""
-        recorded = self._by_service.get(key)
-        if not recorded:
-            return False
-        present = set()
-        for slice_ in slices:
-            uid = slice_["metadata"].get("uid", "")
-            present.add(uid)
-            generation = recorded.get(uid)
-            if generation is not None and (
-                generation == _DELETION_EXPECTED or generation > int(slice_["metadata"].get("generation") or 0)
-            ):
-                return True
-        return any(g != _DELETION_EXPECTED and uid not in present for uid, g in recorded.items())
-
-    def update(self, slice_: Obj) -> None:
-        meta = slice_["metadata"]
-        self._by_service.setdefault(self._service_of(slice_), {})[meta["uid"]] = int(meta.get("generation") or 0)
-
-    def expect_deletion(self, slice_: Obj) -> None:
-        uid = slice_["metadata"].get("uid")
-        if uid:
-            self._by_service.setdefault(self._service_of(slice_), {})[uid] = _DELETION_EXPECTED
-
-    def handle_deletion(self, slice_: Obj) -> bool:
-        """Forget a deleted slice; True when we had not deleted it ourselves."""
-        key = self._service_of(slice_)
-        recorded = self._by_service.get(key, {})
-        generation = recorded.pop(slice_["metadata"].get("uid", ""), None)
-        if not recorded:
-            self._by_service.pop(key, None)
-        return generation != _DELETION_EXPECTED
-
-    def forget_service(self, key: str) -> None:
-        self._by_service.pop(key, None)
-
-
-def managed_service_key(slice_: dict[str, Any], controller_name: str) -> str | None:
-    """The Service key a slice belongs to when `controller_name` manages it."""
-    meta = slice_.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    if labels.get(LABEL_MANAGED_BY) != controller_name or not labels.get(LABEL_SERVICE_NAME):
-        return None
-    return service_key(meta.get("namespace") or "", labels[LABEL_SERVICE_NAME])
-
-
-class ManagedSlices:
-    """What the EndpointSlice and mirroring controllers share about the slices they manage: a change
-    to one requeues its Service (unless it is the controller's own write, per the tracker)."""
-
-    controller_name: str
-    tracker: SliceTracker
-    slices: Any
-    queue: Any
-
-    def _slice_changed(self, slice_: dict[str, Any]) -> None:
-        key = managed_service_key(slice_, self.controller_name)
-        if key is not None and self.tracker.should_sync(slice_):
-            self.queue.add(key)
-
-    def _slice_updated(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        previous = managed_service_key(old, self.controller_name)
-        if previous is not None and previous != managed_service_key(new, self.controller_name):
-            self.queue.add(previous)
-        self._slice_changed(new)
-
-    def _slice_deleted(self, slice_: dict[str, Any]) -> None:
-        key = managed_service_key(slice_, self.controller_name)
-        if key is not None and self.tracker.handle_deletion(slice_):
-            self.queue.add(key)
-
-    def managed_slices(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        return [s for s in self.slices.store.by_label(LABEL_SERVICE_NAME, name)
-                if s["metadata"].get("namespace") == namespace
-                and (s["metadata"].get("labels") or {}).get(LABEL_MANAGED_BY) == self.controller_name]
+    addresses: dict[tuple[str, str], Obj] = {}
+    ready_by_port: dict[tuple[str, int, str, str | None], dict[tuple[str, str], bool]] = {}
+    ports: dict[tuple[str, int, str, str | None], Obj] = {}
+    for subset in subsets:
+        subset_ports = subset.get("ports") or [None]
+        for port in subset_ports:
+            pkey = _NO_PORT if port is None else _port_key(port)
+            if port is not None:
+                ports.setdefault(pkey, port)
+            seen = ready_by_port.setdefault(pkey, {})
+            for field, ready in (("addresses", True), ("notReadyAddresses", False)):
+                for address in subset.get(field) or []:
+                    akey = _address_key(address)
+                    addresses.setdefault(akey, address)
+                    if seen.get(akey, True):
+                        seen[akey] = ready
+    groups: dict[frozenset[tuple[tuple[str, str], bool]], list[Obj]] = {}
+    for pkey, seen in ready_by_port.items():
+        members = groups.setdefault(frozenset(seen.items()), [])
+        if pkey != _NO_PORT:
+            members.append(ports[pkey])
+    final = []
+    for members_key, group_ports in groups.items():
+        ready = sorted((addresses[a] for a, r in members_key if r), key=_address_key)
+        not_ready = sorted((addresses[a] for a, r in members_key if not r), key=_address_key)
+        subset: Obj = {}
+        if ready:
+            subset["addresses"] = ready
+        if not_ready:
+            subset["notReadyAddresses"] = not_ready
+        if group_ports:
+            subset["ports"] = sorted(group_ports, key=_port_key)
+        if ready or not_ready:
+            final.append(subset)
+    return sorted(final, key=_subset_sort_key)

@@ -18,7 +18,7 @@ from typing import Any
 
 from controller_manager.base import QueueController, RequeueAfter
 from controller_manager.context import ControllerContext
-from controller_manager.controllers.cronjob_schedule import (
+from controller_manager.controllers.cronjob.schedule import (
     MAX_MISSED,
     Schedule,
     ScheduleError,

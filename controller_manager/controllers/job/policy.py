@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from services.api.conditions import true_condition
+
 Obj = dict[str, Any]
 
 #: upstream's DefaultJobPodFailureBackOff and MaxJobPodFailureBackOff
@@ -143,12 +145,5 @@ def backoff_exceeded(spec: Obj, failed: int, restarts: int) -> bool:
     return failed + restarts > int(limit)
 
 
-def condition_true(obj: Obj, kind: str) -> Obj | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind and cond.get("status") == "True":
-            return cond  # type: ignore[no-any-return]
-    return None
-
-
 def is_finished(job: Obj) -> bool:
-    return condition_true(job, "Complete") is not None or condition_true(job, "Failed") is not None
+    return true_condition(job, "Complete") is not None or true_condition(job, "Failed") is not None

@@ -6,27 +6,26 @@ slices that would otherwise be deleted. Planning is pure; `apply_plan` does the 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller_manager.controllers.endpointslice_util import (
+from controller_manager.endpointslice_tracker import SliceTracker
+from controller_manager.endpointutil import (
     ENDPOINT_SLICES,
     LABEL_HEADLESS,
     LABEL_MANAGED_BY,
     LABEL_SERVICE_NAME,
-    SliceTracker,
-    deep_copy,
     find_port,
     is_ipv6,
     is_service_ip_set,
-    namespace_terminating,
     pod_ips,
     should_pod_be_in_endpoints,
     should_set_hostname,
 )
 from controller_manager.podutil import is_ready
-from services.client import ApiError, Client, NotFound
+from services.client import ApiError, Client, NotFound, namespace_terminating
 
 Obj = dict[str, Any]
 EndpointKey = tuple[tuple[str, ...], str, str, str]
@@ -217,13 +216,13 @@ def reconcile_port_mapping(
             if not kept:
                 to_delete.append(name)
                 continue
-            copy_ = deep_copy(slice_)
+            copy_ = copy.deepcopy(slice_)
             copy_["endpoints"] = kept
             copy_["metadata"]["labels"] = labels
             by_name[name] = copy_
             to_update.append(name)
         elif labels_changed:
-            copy_ = deep_copy(slice_)
+            copy_ = copy.deepcopy(slice_)
             copy_["metadata"]["labels"] = labels
             by_name[name] = copy_
             to_update.append(name)
@@ -245,7 +244,7 @@ def reconcile_port_mapping(
         if target is None:
             target = new_slice(service, ports, address_type, controller_name)
         else:
-            target = deep_copy(target)
+            target = copy.deepcopy(target)
             by_name[target["metadata"]["name"]] = target
         room = max_endpoints - len(target["endpoints"])
         target["endpoints"] = target["endpoints"] + remaining[:room]
