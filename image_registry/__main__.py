@@ -39,7 +39,7 @@ async def main_async(args: argparse.Namespace) -> None:
     health = await start_health(args)
     if health is not None:
         health.add_readyz_check("serving", lambda: server.started)
-        health.add_readyz_check("store", lambda: store.index_file.exists())
+        health.add_readyz_check("store", lambda: asyncio.to_thread(store.index_file.exists))
     log.info("serving images", store=str(args.store), address=f"{args.address}:{args.port}",
              images=len(await asyncio.to_thread(store.images)))
     try:

@@ -5,9 +5,11 @@ falls through to the real registry, which is unreachable here, and the pull fail
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -20,7 +22,7 @@ from image_registry.archive import load_archive
 from image_registry.store import ImageStore
 from kubelet_agent.cri.remote import RemoteRuntime
 from kubelet_agent.cri.types import RuntimeError_
-from kubelet_agent.images import BUSYBOX_IMAGE, build_busybox, build_pause
+from kubelet_agent.images import BUSYBOX_IMAGE, build_busybox, build_pause, write_image_archive
 from tests.conftest import REPO, free_port
 from tests.e2e.containerd_fixture import CONTAINERD, Containerd, start_containerd, stop_containerd
 
@@ -28,6 +30,8 @@ from tests.e2e.containerd_fixture import CONTAINERD, Containerd, start_container
 HOST_IP, NODE_IP = "10.198.0.1", "10.198.0.2"
 #: containerd's resolver gives up on an unreachable DNS server and registry in about 10 s here.
 FAILED_PULL_LIMIT = 45.0
+#: A registry with no hosts.toml of its own: containerd's `_default` entry sends it to the mirror too.
+OTHER_IMAGE = "registry.example.test/team/app:1"
 
 
 @dataclass
@@ -47,6 +51,10 @@ def mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mirror]:
     async def build() -> None:
         for archive in (await build_busybox(base / "images"), await build_pause(base / "images")):
             load_archive(store, archive)
+        layer = io.BytesIO()
+        with tarfile.open(fileobj=layer, mode="w") as tar:
+            tar.addfile(tarfile.TarInfo("app"), io.BytesIO(b""))
+        load_archive(store, write_image_archive(base / "other.tar", OTHER_IMAGE, layer.getvalue(), [], ["/app"]))
 
     asyncio.run(build())
     port, health = free_port(), free_port()
@@ -111,6 +119,12 @@ async def test_a_pull_of_an_image_the_registry_has_comes_from_it(mirror: Mirror,
     assert BUSYBOX_IMAGE in status.repo_tags
     metrics = await metrics_text(mirror)
     assert 'registry_http_requests_total{code="200",method="GET",route="blobs"}' in metrics
+
+
+async def test_any_other_registry_goes_through_the_mirror_too(mirror: Mirror, runtime: RemoteRuntime) -> None:
+    await runtime.pull_image(OTHER_IMAGE)
+    status = await runtime.image_status(OTHER_IMAGE)
+    assert status is not None and OTHER_IMAGE in status.repo_tags
 
 
 async def test_a_name_the_registry_lacks_fails_in_bounded_time(mirror: Mirror, runtime: RemoteRuntime) -> None:
