@@ -239,3 +239,50 @@ def test_health_and_metrics(registry: Registry) -> None:
     assert httpx.get(f"{registry.health}/readyz").text == "ok"
     metrics = httpx.get(f"{registry.health}/metrics").text
     assert 'registry_http_requests_total{code="200",method="GET",route="manifests"}' in metrics
+
+
+def skopeo(*argv: str) -> str:
+    result = subprocess.run(["skopeo", *argv], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, f"skopeo {' '.join(argv)}: {result.stderr}"
+    return result.stdout
+
+
+def test_skopeo_pulls_from_it_and_verifies_every_digest(registry: Registry, tmp_path: Path) -> None:
+    """containers/image, another implementation of the client side, reads the registry: inspect by tag and a
+    full copy, which checks each blob against its digest."""
+    host = registry.url.removeprefix("http://")
+    inspected = json.loads(skopeo("inspect", "--tls-verify=false", f"docker://{host}/library/hello:1.0"))
+    manifest = httpx.get(f"{registry.url}/v2/library/hello/manifests/1.0")
+    assert inspected["Digest"] == manifest.headers["Docker-Content-Digest"]
+    assert inspected["Layers"] == [sha(registry.docker_layer)]
+    assert json.loads(skopeo("list-tags", "--tls-verify=false", f"docker://{host}/hello"))["Tags"] == ["1.0"]
+    skopeo("copy", "--src-tls-verify=false", f"docker://{host}/library/hello:1.0", f"dir:{tmp_path / 'copy'}")
+    assert (tmp_path / "copy" / sha(registry.docker_layer).split(":")[1]).read_bytes() == registry.docker_layer
+
+
+def test_an_oci_archive_skopeo_writes_loads(registry: Registry, tmp_path: Path) -> None:
+    """skopeo's oci-archive (a bare tag as ref.name, so the repository comes from --name) serves the very
+    manifest skopeo wrote."""
+    source = write_image_archive(tmp_path / "src.tar", "tool:9", small_layer("via skopeo\n"), [], ["sh"])
+    skopeo("copy", f"docker-archive:{source}", f"oci-archive:{tmp_path / 'oci.tar'}:9")
+    with tarfile.open(tmp_path / "oci.tar") as tar:
+        wrote = json.loads(tar.extractfile("index.json").read())["manifests"][0]  # type: ignore[union-attr]
+    stored = load_archive(registry.store, tmp_path / "oci.tar", name="ghcr.io/pyk8s/skopeo")
+    assert [str(image.ref) for image in stored] == ["ghcr.io/pyk8s/skopeo:9"]
+    got = httpx.get(f"{registry.url}/v2/pyk8s/skopeo/manifests/9?ns=ghcr.io")
+    assert got.status_code == 200
+    assert got.headers["Docker-Content-Digest"] == wrote["digest"] == sha(got.content)
+    assert got.headers["Content-Type"] == wrote["mediaType"]
+
+
+def test_a_docker_archive_skopeo_writes_loads(registry: Registry, tmp_path: Path) -> None:
+    """skopeo's docker-archive writer (docker load's format, layers as <digest>.tar) round-trips through the
+    registry: out of it with skopeo, back in with the loader under another name, the same layer served."""
+    host = registry.url.removeprefix("http://")
+    archive = tmp_path / "saved.tar"
+    skopeo("copy", "--src-tls-verify=false", f"docker://{host}/library/hello:1.0",
+           f"docker-archive:{archive}:docker.io/pyk8s/saved:3")
+    stored = load_archive(registry.store, archive)
+    assert [str(image.ref) for image in stored] == ["docker.io/pyk8s/saved:3"]
+    manifest = httpx.get(f"{registry.url}/v2/pyk8s/saved/manifests/3?ns=docker.io").json()
+    assert [layer["digest"] for layer in manifest["layers"]] == [sha(registry.docker_layer)]
