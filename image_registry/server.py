@@ -101,21 +101,20 @@ class RegistryApp:
 
     async def handle(self, method: str, path: str, ns: str, range_header: str = "") -> tuple[str, Response]:
         """(route name, response) for one request."""
+        if method not in ("GET", "HEAD"):
+            return "write", error(405, "UNSUPPORTED", {"method": method})
         if path in ("/v2", "/v2/"):
-            if method not in ("GET", "HEAD"):
-                return "base", error(405, "UNSUPPORTED")
             return "base", Response(200, [("content-type", "application/json"), ("content-length", "2")], b"{}")
         match = _ROUTE.match(path)
         if match is None:
             return "other", error(404, "NAME_UNKNOWN", {"path": path})
         route = "tags" if match["tags"] else match["kind"]
-        if method not in ("GET", "HEAD"):
-            return route, error(405, "UNSUPPORTED", {"method": method})
         try:
             repository = parse_image(f"{ns}/{match['name']}" if ns else match["name"]).repository
         except ValueError as exc:
             return route, error(400, "NAME_INVALID", {"name": match["name"], "reason": str(exc)})
         if repository not in await asyncio.to_thread(self.store.repositories):
+            log.info("repository not in the store", repository=repository, route=route)
             return route, error(404, "NAME_UNKNOWN", {"name": repository})
         if route == "tags":
             tags = await asyncio.to_thread(self.store.tags, repository)
@@ -134,6 +133,7 @@ class RegistryApp:
         desc: Descriptor | None = await asyncio.to_thread(self.store.resolve, ref)
         found = await asyncio.to_thread(self.store.read_manifest, desc.digest) if desc is not None else None
         if desc is None or found is None:
+            log.info("manifest not in the store", repository=repository, reference=reference)
             return error(404, "MANIFEST_UNKNOWN", {"name": repository, "reference": reference})
         raw, media_type = found
         return Response(200, [("content-type", media_type), ("content-length", str(len(raw))),
