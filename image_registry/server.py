@@ -110,6 +110,8 @@ class RegistryApp:
             return "other", error(404, "NAME_UNKNOWN", {"path": path})
         route = "tags" if match["tags"] else match["kind"]
         try:
+            if any(c in match["name"] for c in ":@"):
+                raise ValueError("a repository name has no tag or digest")
             repository = parse_image(f"{ns}/{match['name']}" if ns else match["name"]).repository
         except ValueError as exc:
             return route, error(400, "NAME_INVALID", {"name": match["name"], "reason": str(exc)})

@@ -213,6 +213,7 @@ def test_unknown_names_tags_and_blobs_are_404_with_the_spec_error(registry: Regi
     assert code(f"/v2/library/hello/blobs/sha256:{'1' * 64}?ns=docker.io") == "BLOB_UNKNOWN"
     assert code("/v2/library/hello/blobs/sha256:xyz?ns=docker.io", 400) == "DIGEST_INVALID"
     assert code("/v2/Library/Hello/manifests/1.0", 400) == "NAME_INVALID"
+    assert code("/v2/library/hello:1.0/manifests/1.0?ns=docker.io", 400) == "NAME_INVALID"
     head = httpx.head(f"{registry.url}/v2/library/hello/manifests/2.0?ns=docker.io")
     assert head.status_code == 404 and head.content == b""
 
