@@ -22,8 +22,6 @@ from deploy.bootstrap import ADMIN, apiserver_hosts, ensure_pki, write_kubeconfi
 from deploy.nodes import NetworkError, NodeNet
 from deploy.processes import HOLLOW_PREFIX, ProcessSpec, child_env, specs
 from deploy.state import PROXY_MODES, State, free_port, port_in_use
-from image_registry.archive import ArchiveError
-from image_registry.store import ImageStore
 
 POLL = 0.05
 STOP_TIMEOUT = 10.0
@@ -443,7 +441,7 @@ async def load_image(state_dir: Path, archive: Path, name: str | None = None) ->
     path = _existing_file(archive)
     try:
         images = await nodes.store_images(state, [path], name)
-    except ArchiveError as error:
+    except RuntimeError as error:
         raise UpError(str(error)) from None
     refs = list(dict.fromkeys(str(image.ref) for image in images))
     lines = [f"{image.ref}: stored ({image.manifest.digest})" for image in images]
@@ -459,8 +457,7 @@ async def load_image(state_dir: Path, archive: Path, name: str | None = None) ->
 
 def list_images(state_dir: Path) -> list[tuple[str, str, int]]:
     """(reference, manifest digest, bytes) of each image the registry serves."""
-    store = ImageStore(nodes.registry_store(State.load(state_dir)))
-    return [(str(image.ref), image.manifest.digest, store.size(image.manifest)) for image in store.images()]
+    return nodes.stored_images(State.load(state_dir))
 
 
 def human_size(size: int) -> str:

@@ -21,7 +21,7 @@ import httpx
 import orjson
 
 from deploy.state import State
-from image_registry.archive import load_archive
+from image_registry.archive import ArchiveError, load_archive
 from image_registry.store import ImageStore, StoredImage
 
 #: Node segments are /24s taken from here, one per cluster, avoiding every route the host has.
@@ -381,12 +381,22 @@ async def import_images(state: State, node: NodeNet, archives: list[Path] | None
 
 
 async def store_images(state: State, archives: list[Path], name: str | None = None) -> list[StoredImage]:
-    """Put the archives' images into the registry's store (the running registry serves them at once)."""
+    """Put the archives' images into the registry's store (the running registry serves them at once);
+    RuntimeError says why an archive could not be."""
     store = ImageStore(registry_store(state))
     out = []
     for archive in archives:
-        out += await asyncio.to_thread(load_archive, store, archive, name)
+        try:
+            out += await asyncio.to_thread(load_archive, store, archive, name)
+        except ArchiveError as error:
+            raise RuntimeError(str(error)) from None
     return out
+
+
+def stored_images(state: State) -> list[tuple[str, str, int]]:
+    """(reference, manifest digest, bytes) of each image the registry serves."""
+    store = ImageStore(registry_store(state))
+    return [(str(image.ref), image.manifest.digest, store.size(image.manifest)) for image in store.images()]
 
 
 async def store_builtin_images(state: State, _http: httpx.AsyncClient) -> None:
@@ -396,8 +406,7 @@ async def store_builtin_images(state: State, _http: httpx.AsyncClient) -> None:
 
 async def pull_images(node: NodeNet, refs: list[str]) -> None:
     """Pull through the node's CRI, as the kubelet would: from the registry mirror the node is configured with."""
-    from kubelet_agent.cri.remote import RemoteRuntime
-    from kubelet_agent.cri.types import RuntimeError_
+    from kubelet_agent.cri.remote import RemoteRuntime, RuntimeError_
 
     runtime = RemoteRuntime(node.endpoint, timeout=PULL_TIMEOUT)
     await runtime.start()
