@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import ipaddress
 import os
 import shutil
@@ -141,10 +142,6 @@ class NodeNet:
     @property
     def containerd_dir(self) -> Path:
         return self.dir / "containerd"
-
-    @property
-    def containerd_config(self) -> Path:
-        return self.containerd_dir / "config.toml"
 
     @property
     def socket(self) -> Path:
@@ -315,9 +312,11 @@ def write_node_files(node: NodeNet, mirror: str) -> None:
     if len(str(node.socket)) + len(".ttrpc") > SOCKET_PATH_MAX:
         raise NetworkError(f"state dir path too long for a unix socket: {node.socket}")
     write_registry_hosts(node.registry_hosts, mirror)
-    _write_if_changed(node.containerd_config, containerd_config(
-        node.containerd_dir / "root", node.containerd_dir / "state", node.socket, node.cni_conf_dir,
-        node.registry_hosts))
+    path, text = node_containerd_config(node)
+    _write_if_changed(path, text)
+    for old in node.containerd_dir.glob("config*.toml"):
+        if old != path:
+            old.unlink()
     # iptables-legacy when installed: the nft-backed iptables-restore 1.8.9 slows down with the square of the
     # number of chains (minutes at 10,000 Services), and a node namespace starts with no rules of either kind
     legacy = shutil.which("iptables-legacy-restore") is not None
@@ -333,10 +332,18 @@ def _write_if_changed(path: Path, text: str) -> None:
         path.write_text(text)
 
 
+def node_containerd_config(node: NodeNet) -> tuple[Path, str]:
+    """The node's containerd config and the file it goes in, named by its content: a changed config changes
+    containerd's command line, so `up` restarts it (its containers keep running under their shims)."""
+    text = containerd_config(node.containerd_dir / "root", node.containerd_dir / "state", node.socket,
+                             node.cni_conf_dir, node.registry_hosts)
+    return node.containerd_dir / f"config-{hashlib.sha256(text.encode()).hexdigest()[:12]}.toml", text
+
+
 def containerd_argv(node: NodeNet) -> list[str]:
     """nsenter --net, not `ip netns exec`: the latter remounts /sys, and runc then fails."""
     binary = shutil.which(CONTAINERD) or f"/usr/bin/{CONTAINERD}"
-    return ["nsenter", f"--net={node.netns_path}", binary, "--config", str(node.containerd_config)]
+    return ["nsenter", f"--net={node.netns_path}", binary, "--config", str(node_containerd_config(node)[0])]
 
 
 async def remove_network(state: State, nodes: list[NodeNet], *, bridge: bool) -> list[str]:

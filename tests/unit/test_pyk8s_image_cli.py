@@ -5,14 +5,26 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import tomllib
 from pathlib import Path
 
+import pytest
+
+from deploy import nodes
 from deploy.local import human_size
-from deploy.nodes import REGISTRY_UPSTREAMS, containerd_config, registry_hosts_files
+from deploy.nodes import (
+    REGISTRY_UPSTREAMS,
+    NodeNet,
+    containerd_argv,
+    containerd_config,
+    registry_hosts_files,
+    write_node_files,
+)
 from image_registry.store import ImageStore
 from kubelet_agent.images import write_image_archive
 from tests.conftest import REPO
@@ -82,3 +94,25 @@ def test_node_containerd_config_reads_registry_hosts_from_config_path(tmp_path: 
                                              tmp_path / "cni", tmp_path / "certs.d"))
     cri = config["plugins"]["io.containerd.grpc.v1.cri"]
     assert cri["registry"] == {"config_path": str(tmp_path / "certs.d")}
+
+
+def test_a_changed_containerd_config_changes_its_command_line(request: pytest.FixtureRequest,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """containerd reads its config once: a config that changed (the registry section, when a cluster made
+    before it is brought up again) must change the command line, so `up` restarts containerd."""
+    short = Path(tempfile.mkdtemp(prefix="pyk8s-cfg-", dir="/tmp"))  # a unix socket path must stay short
+    request.addfinalizer(lambda: shutil.rmtree(short, ignore_errors=True))
+    node = NodeNet(1, "node-1", "pyk8s-test-node-1", "pktestn1", "172.30.9.2", short / "node-1")
+    write_node_files(node, "http://172.30.9.1:5000")
+    before = containerd_argv(node)
+    config = Path(before[before.index("--config") + 1])
+    assert [p.name for p in node.containerd_dir.glob("config*.toml")] == [config.name]
+    assert 'config_path = "' + str(node.registry_hosts) + '"' in config.read_text()
+    write_node_files(node, "http://172.30.9.1:5001")
+    assert containerd_argv(node) == before, "the mirror's address is in hosts.toml, read on every pull"
+    assert "172.30.9.1:5001" in (node.registry_hosts / "docker.io" / "hosts.toml").read_text()
+    monkeypatch.setattr(nodes, "CONTAINERD_CONFIG", nodes.CONTAINERD_CONFIG + "# changed\n")
+    write_node_files(node, "http://172.30.9.1:5001")
+    after = containerd_argv(node)
+    assert after != before
+    assert [p.name for p in node.containerd_dir.glob("config*.toml")] == [Path(after[-1]).name]
