@@ -49,10 +49,13 @@ def _parser() -> argparse.ArgumentParser:
     with_state_dir(commands.add_parser("down", help="stop the local cluster and its pods, keep its data"))
     with_state_dir(commands.add_parser("status", help="show each process and whether it is ready"))
 
-    image = commands.add_parser("image", help="manage images on the nodes")
+    image = commands.add_parser("image", help="manage the images the nodes pull from the cluster's registry")
     image_commands = image.add_subparsers(dest="image_command", required=True, metavar="COMMAND")
-    load = with_state_dir(image_commands.add_parser("load", help="import an image archive into every real node"))
-    load.add_argument("archive", type=Path, metavar="FILE.tar", help="a docker-save or OCI archive")
+    load = with_state_dir(image_commands.add_parser(
+        "load", help="put an image archive into the cluster's registry and pull it into every running node"))
+    load.add_argument("archive", type=Path, metavar="FILE.tar", help="a docker-save archive or an OCI image layout")
+    load.add_argument("--name", metavar="REF", help="name for an image the archive leaves unnamed")
+    with_state_dir(image_commands.add_parser("ls", help="list the images the cluster's registry serves"))
 
     pki = commands.add_parser("pki", help="write a CA, apiserver serving cert and admin kubeconfig")
     pki.add_argument("--dir", type=Path, default=Path("/etc/pyk8s"), help="output directory (default /etc/pyk8s)")
@@ -88,9 +91,12 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "down":
         print("\n".join(asyncio.run(local.down(args.state_dir))) or "nothing was running")
         return 0
+    if args.command == "image" and args.image_command == "ls":
+        print(local.format_images(local.list_images(args.state_dir)))
+        return 0
     if args.command == "image":
         try:
-            print("\n".join(asyncio.run(local.load_image(args.state_dir, args.archive))))
+            print("\n".join(asyncio.run(local.load_image(args.state_dir, args.archive, args.name))))
         except local.UpError as error:
             print(f"pyk8s image load failed: {error}", file=sys.stderr)
             return 1

@@ -143,6 +143,8 @@ def _assign_ports(state: State) -> None:
             taken.add(s.component_ports[spec.name])
     if s.nodes and running_pid(state, "cluster-dns") is None:
         s.dns_port = pick(s.dns_port)
+    if s.nodes and running_pid(state, "image-registry") is None:
+        s.registry_port = pick(s.registry_port)
     if state.external_etcd or running_pid(state, "etcd") is not None:
         return
     s.etcd_client_port = pick(s.etcd_client_port)
@@ -432,18 +434,43 @@ def _existing_file(path: Path) -> Path:
     return path.resolve()
 
 
-async def load_image(state_dir: Path, archive: Path) -> list[str]:
-    """`pyk8s image load`: import a docker/OCI archive into every real node's containerd, like `kind load`."""
+async def load_image(state_dir: Path, archive: Path, name: str | None = None) -> list[str]:
+    """`pyk8s image load`: put a docker-save or OCI archive's images into the image registry, which every
+    node pulls from; running nodes pull them at once, so pods with `imagePullPolicy: Never` find them too."""
     state = State.load(state_dir)
-    targets = [n for n in nodes.node_nets(state) if running_pid(state, f"containerd-{n.name}") is not None]
-    if not targets:
-        raise UpError("no real node is running; start them with: pyk8s up")
     path = _existing_file(archive)
     try:
-        await asyncio.gather(*(nodes.import_images(state, n, [path]) for n in targets))
+        images = await nodes.store_images(state, [path], name)
     except RuntimeError as error:
         raise UpError(str(error)) from None
-    return [f"{archive} imported into {n.name}" for n in targets]
+    refs = list(dict.fromkeys(str(image.ref) for image in images))
+    lines = [f"{image.ref}: stored ({image.manifest.digest})" for image in images]
+    if running_pid(state, "image-registry") is None:
+        return [*lines, "the image registry is not running: nodes pull from it once `pyk8s up` started it"]
+    targets = [n for n in nodes.node_nets(state) if running_pid(state, f"containerd-{n.name}") is not None]
+    try:
+        await asyncio.gather(*(nodes.pull_images(n, refs) for n in targets))
+    except RuntimeError as error:
+        raise UpError(str(error)) from None
+    return [*lines, *(f"{ref} imported into {n.name}" for n in targets for ref in refs)]
+
+
+def list_images(state_dir: Path) -> list[tuple[str, str, int]]:
+    """(reference, manifest digest, bytes) of each image the registry serves."""
+    return nodes.stored_images(State.load(state_dir))
+
+
+def human_size(size: int) -> str:
+    """Decimal units with four significant digits, as `crictl images` and `docker images` print sizes."""
+    units = ("B", "kB", "MB", "GB", "TB")
+    value, unit = float(size), 0
+    while value >= 1000 and unit < len(units) - 1:
+        value, unit = value / 1000, unit + 1
+    return f"{value:.4g}{units[unit]}"
+
+
+def format_images(rows: Iterable[tuple[str, str, int]]) -> str:
+    return _table([("REF", "DIGEST", "SIZE"), *((ref, digest, human_size(size)) for ref, digest, size in rows)])
 
 
 def format_status(rows: Iterable[ProcessStatus]) -> str:
@@ -451,5 +478,9 @@ def format_status(rows: Iterable[ProcessStatus]) -> str:
     for row in rows:
         yes_no = ("yes" if row.running else "no", "yes" if row.ready else "no")
         table.append((row.spec.name, str(row.pid or "-"), *yes_no))
-    widths = [max(len(r[i]) for r in table) for i in range(4)]
+    return _table(table)
+
+
+def _table(table: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import ipaddress
 import os
 import shutil
@@ -21,6 +22,8 @@ import httpx
 import orjson
 
 from deploy.state import State
+from image_registry.archive import ArchiveError, load_archive
+from image_registry.store import ImageStore, StoredImage
 
 #: Node segments are /24s taken from here, one per cluster, avoiding every route the host has.
 SEGMENT_POOL = ipaddress.ip_network("172.30.0.0/16")
@@ -34,6 +37,9 @@ MANAGED_BY = "pyk8s-up"
 CONTAINERD = "containerd"
 PROXY_TOOLS = ("iptables", "iptables-save", "iptables-restore", "nft")
 SOCKET_PATH_MAX = 100
+#: A pull from the registry on the node segment takes a second; one that falls through to an unreachable
+#: upstream fails within containerd's own timeouts, well inside this.
+PULL_TIMEOUT = 120.0
 
 CONTAINERD_CONFIG = """version = 2
 root = "{root}"
@@ -54,10 +60,44 @@ state = "{state}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{cni}"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{registry_hosts}"
 """
+
+#: Registries whose pulls try the cluster's image mirror first, and the server each then falls back to;
+#: `_default` is containerd's entry for every other registry (falling back to that registry itself).
+REGISTRY_UPSTREAMS = {
+    "docker.io": "https://registry-1.docker.io",
+    "registry.k8s.io": "https://registry.k8s.io",
+    "quay.io": "https://quay.io",
+    "ghcr.io": "https://ghcr.io",
+    "_default": "",
+}
 
 #: A hybrid host's cgroup2 mount; crun refuses to run when controllers are still left on it.
 HYBRID_CGROUP2_CONTROLLERS = Path("/sys/fs/cgroup/unified/cgroup.controllers")
+
+
+def containerd_config(root: Path, state: Path, sock: Path, cni: Path, registry_hosts: Path) -> str:
+    """A node's containerd config: its own dirs and socket, CNI, and registry hosts from `registry_hosts`."""
+    return CONTAINERD_CONFIG.format(root=root, state=state, sock=sock, cni=cni, oci_runtime=oci_runtime(),
+                                    registry_hosts=registry_hosts)
+
+
+def registry_hosts_files(mirror: str) -> dict[str, str]:
+    """`<registry>/hosts.toml` for containerd's config_path: `mirror` first for pulls and tag lookups,
+    then the real registry, so a name the mirror lacks still pulls where the registry is reachable."""
+    files = {}
+    for registry, upstream in REGISTRY_UPSTREAMS.items():
+        server = f'server = "{upstream}"\n\n' if upstream else ""
+        files[f"{registry}/hosts.toml"] = f'{server}[host."{mirror}"]\n  capabilities = ["pull", "resolve"]\n'
+    return files
+
+
+def write_registry_hosts(directory: Path, mirror: str) -> None:
+    for name, text in registry_hosts_files(mirror).items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        _write_if_changed(directory / name, text)
 
 
 def oci_runtime() -> str:
@@ -104,16 +144,17 @@ class NodeNet:
         return self.dir / "containerd"
 
     @property
-    def containerd_config(self) -> Path:
-        return self.containerd_dir / "config.toml"
-
-    @property
     def socket(self) -> Path:
         return self.containerd_dir / "containerd.sock"
 
     @property
     def endpoint(self) -> str:
         return f"unix://{self.socket}"
+
+    @property
+    def registry_hosts(self) -> Path:
+        """containerd's registry config_path: one hosts.toml per registry."""
+        return self.containerd_dir / "certs.d"
 
     @property
     def cni_conf_dir(self) -> Path:
@@ -138,6 +179,16 @@ def segment(state: State) -> ipaddress.IPv4Network:
 
 def bridge_ip(state: State) -> str:
     return str(segment(state)[1])
+
+
+def registry_mirror(state: State) -> str:
+    """The image registry's URL as the nodes reach it: on the host side of the node segment."""
+    return f"http://{bridge_ip(state)}:{state.settings.registry_port}"
+
+
+def registry_store(state: State) -> Path:
+    """The images the registry serves (an OCI image layout)."""
+    return state.root / "registry"
 
 
 def node_net(state: State, index: int) -> NodeNet:
@@ -247,21 +298,25 @@ async def ensure_network(state: State, nodes: list[NodeNet]) -> None:
         await run("nsenter", f"--net={node.netns_path}", "sysctl", "-qew", "net.ipv4.ip_forward=1",
                   "net.bridge.bridge-nf-call-iptables=1")
     for node in nodes:
-        write_node_files(node)
+        write_node_files(node, registry_mirror(state))
     for node in fresh:
         node.network_marker.write_text(f"{node.netns} {node.host_link} {node.ip}\n")
 
 
-def write_node_files(node: NodeNet) -> None:
-    """containerd's config and the iptables/nft wrappers kube-proxy runs from the host into the node."""
+def write_node_files(node: NodeNet, mirror: str) -> None:
+    """containerd's config with `mirror` in front of every registry, and the iptables/nft wrappers
+    kube-proxy runs from the host into the node."""
     for d in (node.containerd_dir / "root", node.containerd_dir / "state", node.cni_conf_dir, node.kubelet_dir,
               node.bin_dir):
         d.mkdir(parents=True, exist_ok=True)
     if len(str(node.socket)) + len(".ttrpc") > SOCKET_PATH_MAX:
         raise NetworkError(f"state dir path too long for a unix socket: {node.socket}")
-    _write_if_changed(node.containerd_config, CONTAINERD_CONFIG.format(
-        root=node.containerd_dir / "root", state=node.containerd_dir / "state", sock=node.socket,
-        cni=node.cni_conf_dir, oci_runtime=oci_runtime()))
+    write_registry_hosts(node.registry_hosts, mirror)
+    path, text = node_containerd_config(node)
+    _write_if_changed(path, text)
+    for old in node.containerd_dir.glob("config*.toml"):
+        if old != path:
+            old.unlink()
     # iptables-legacy when installed: the nft-backed iptables-restore 1.8.9 slows down with the square of the
     # number of chains (minutes at 10,000 Services), and a node namespace starts with no rules of either kind
     legacy = shutil.which("iptables-legacy-restore") is not None
@@ -277,10 +332,18 @@ def _write_if_changed(path: Path, text: str) -> None:
         path.write_text(text)
 
 
+def node_containerd_config(node: NodeNet) -> tuple[Path, str]:
+    """The node's containerd config and the file it goes in, named by its content: a changed config changes
+    containerd's command line, so `up` restarts it (its containers keep running under their shims)."""
+    text = containerd_config(node.containerd_dir / "root", node.containerd_dir / "state", node.socket,
+                             node.cni_conf_dir, node.registry_hosts)
+    return node.containerd_dir / f"config-{hashlib.sha256(text.encode()).hexdigest()[:12]}.toml", text
+
+
 def containerd_argv(node: NodeNet) -> list[str]:
     """nsenter --net, not `ip netns exec`: the latter remounts /sys, and runc then fails."""
     binary = shutil.which(CONTAINERD) or f"/usr/bin/{CONTAINERD}"
-    return ["nsenter", f"--net={node.netns_path}", binary, "--config", str(node.containerd_config)]
+    return ["nsenter", f"--net={node.netns_path}", binary, "--config", str(node_containerd_config(node)[0])]
 
 
 async def remove_network(state: State, nodes: list[NodeNet], *, bridge: bool) -> list[str]:
@@ -322,6 +385,45 @@ async def import_images(state: State, node: NodeNet, archives: list[Path] | None
 
     for archive in archives or await image_archives(state):
         await import_image(archive, str(node.socket))
+
+
+async def store_images(state: State, archives: list[Path], name: str | None = None) -> list[StoredImage]:
+    """Put the archives' images into the registry's store (the running registry serves them at once);
+    RuntimeError says why an archive could not be."""
+    store = ImageStore(registry_store(state))
+    out = []
+    for archive in archives:
+        try:
+            out += await asyncio.to_thread(load_archive, store, archive, name)
+        except ArchiveError as error:
+            raise RuntimeError(str(error)) from None
+    return out
+
+
+def stored_images(state: State) -> list[tuple[str, str, int]]:
+    """(reference, manifest digest, bytes) of each image the registry serves."""
+    store = ImageStore(registry_store(state))
+    return [(str(image.ref), image.manifest.digest, store.size(image.manifest)) for image in store.images()]
+
+
+async def store_builtin_images(state: State, _http: httpx.AsyncClient) -> None:
+    """busybox and pause in the registry, so `imagePullPolicy: Always` pulls of them work on every node."""
+    await store_images(state, await image_archives(state))
+
+
+async def pull_images(node: NodeNet, refs: list[str]) -> None:
+    """Pull through the node's CRI, as the kubelet would: from the registry mirror the node is configured with."""
+    from kubelet_agent.cri.remote import RemoteRuntime, RuntimeError_
+
+    runtime = RemoteRuntime(node.endpoint, timeout=PULL_TIMEOUT)
+    await runtime.start()
+    try:
+        for ref in refs:
+            await runtime.pull_image(ref)
+    except RuntimeError_ as error:
+        raise RuntimeError(f"{node.name}: pulling {', '.join(refs)} failed: {error}") from None
+    finally:
+        await runtime.close()
 
 
 # -- stopping a node -------------------------------------------------------------------------------

@@ -160,6 +160,12 @@ def _dns_argv(state: State) -> list[str]:
             "--resolv-conf=/etc/resolv.conf"]
 
 
+def _registry_argv(state: State) -> list[str]:
+    return [*_python("image_registry"), f"--store={nodes.registry_store(state)}",
+            f"--address={nodes.bridge_ip(state)}", f"--port={state.settings.registry_port}",
+            "--bind-address=127.0.0.1", f"--secure-port={health_port(state, 'image-registry')}"]
+
+
 def _hollow_argv(state: State) -> list[str]:
     return [*_python("kubelet_agent"), f"--kubeconfig={state.kubeconfig}",
             f"--hollow-nodes={state.settings.hollow_nodes}", f"--hostname-override={HOLLOW_PREFIX}",
@@ -212,6 +218,15 @@ CONTROL_PLANE: tuple[ProcessSpec, ...] = (
         listens=_own_port("cluster-dns"),
         health_port=True,
         prepare=nodes.ensure_kube_dns,
+    ),
+    ProcessSpec(
+        name="image-registry",
+        argv=_registry_argv,
+        health=_local_health("image-registry", "/readyz"),
+        enabled=_has_nodes,
+        listens=lambda state: (health_port(state, "image-registry"), state.settings.registry_port),
+        health_port=True,
+        prepare=nodes.store_builtin_images,
     ),
     ProcessSpec(
         name="noderoutes",
@@ -271,7 +286,8 @@ def node_specs(node: NodeNet) -> tuple[ProcessSpec, ...]:
                     health=lambda state: f"unix://{node.socket}", after_ready=import_images,
                     before_stop=stop_pods, after_stop=clean_up, ready_timeout=60.0, node=node.name),
         ProcessSpec(name=kubelet, argv=kubelet_argv, health=_local_health(kubelet, "/readyz"),
-                    needs=("controller-manager", containerd), listens=_own_port(kubelet), health_port=True,
+                    needs=("controller-manager", "image-registry", containerd), listens=_own_port(kubelet),
+                    health_port=True,
                     ready_timeout=60.0, node=node.name),
         ProcessSpec(name=proxy, argv=proxy_argv, health=_local_health(proxy), needs=("apiserver",),
                     listens=_own_port(proxy), health_port=True, ready_timeout=60.0, node=node.name),

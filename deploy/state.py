@@ -33,6 +33,8 @@ class Settings:
     node_subnet: str = ""
     #: Where the cluster DNS server listens on the host side of that segment.
     dns_port: int = 0
+    #: Where the image registry (every node's registry mirror) listens on the host side of that segment.
+    registry_port: int = 0
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 from services.api.quantity import parse_quantity
+from services.images import normalize_image as normalize_image
 
 Pod = dict[str, Any]
 
@@ -25,22 +26,6 @@ def pod_key(pod: Pod) -> str:
 
 def pod_uid(pod: Pod) -> str:
     return (pod.get("metadata") or {}).get("uid", "")
-
-
-def normalize_image(image: str) -> str:
-    """docker's reference normalisation: `busybox` -> `docker.io/library/busybox:latest`."""
-    name, digest = (image.split("@", 1) + [""])[:2] if "@" in image else (image, "")
-    first, _, rest = name.partition("/")
-    if not rest:
-        name = f"docker.io/library/{name}"
-    elif "." not in first and ":" not in first and first != "localhost":
-        name = f"docker.io/{name}"
-    if digest:
-        return f"{name}@{digest}"
-    last = name.rsplit("/", 1)[-1]
-    if ":" not in last:
-        name += ":latest"
-    return name
 
 
 def quantity(value: Any) -> Decimal:

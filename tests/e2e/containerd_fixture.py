@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.nodes import CONTAINERD_CONFIG, oci_runtime
+from deploy.nodes import containerd_config, write_registry_hosts
 from kubelet_agent.images import build_busybox, build_pause, import_image
 
 CONTAINERD = shutil.which("containerd") or "/usr/bin/containerd"
@@ -85,13 +85,18 @@ async def _clean_pods(endpoint: str) -> None:
         await rt.close()
 
 
-def start_containerd(base: Path, name: str, node_ip: str = "10.99.0.2") -> Containerd:
+def start_containerd(base: Path, name: str, node_ip: str = "10.99.0.2", mirror: str = "",
+                     preload: bool = True) -> Containerd:
+    """With `mirror`, every registry's pulls try that URL first (the image registry's hosts.toml); without
+    `preload`, the busybox and pause images are not imported, so they can only be pulled."""
     for d in ("root", "state", "cni"):
         (base / d).mkdir(parents=True, exist_ok=True)
     sock = base / "containerd.sock"
     cfg = base / "config.toml"
-    cfg.write_text(CONTAINERD_CONFIG.format(root=base / "root", state=base / "state", sock=sock, cni=base / "cni",
-                                           oci_runtime=oci_runtime()))
+    hosts = base / "certs.d"
+    if mirror:
+        write_registry_hosts(hosts, mirror)
+    cfg.write_text(containerd_config(base / "root", base / "state", sock, base / "cni", hosts))
     _ip("netns", "add", name)
     _ip("-n", name, "link", "set", "lo", "up")
     _ip("-n", name, "link", "add", "node0", "type", "veth", "peer", "name", "node0p")
@@ -113,7 +118,8 @@ def start_containerd(base: Path, name: str, node_ip: str = "10.99.0.2") -> Conta
         for archive in (await build_pause(images), await build_busybox(images)):
             await import_image(archive, str(sock))
 
-    asyncio.run(load())
+    if preload:
+        asyncio.run(load())
     return Containerd(name, base, sock, base / "cni", node_ip, proc)
 
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -318,7 +319,30 @@ def test_a_pod_lists_pods_through_the_kubernetes_service(cluster: Cluster) -> No
         assert [p["metadata"]["name"] for p in orjson.loads(result.stdout)["items"]] == ["client"]
 
 
-def test_image_load_imports_into_every_node(cluster: Cluster) -> None:
+def test_readme_deployment_pulls_busybox_from_the_image_registry(cluster: Cluster) -> None:
+    """The README's example verbatim: `busybox` means busybox:latest, so the pod pulls with policy Always, and
+    the pull is served by the cluster's image registry (no registry outside is reachable here)."""
+    cluster.kubectl("create", "deployment", "web", "--image=busybox", "--", "httpd", "-f", "-p", "8080")
+    pods: list[dict[str, Any]] = []
+
+    def running() -> bool:
+        pods[:] = cluster.get("pods", "-l", "app=web")["items"]
+        return bool(pods) and all(p.get("status", {}).get("phase") == "Running" for p in pods)
+
+    assert wait_for(running, POD_TIMEOUT), [p.get("status") for p in pods]
+    pod = pods[0]
+    assert pod["spec"]["containers"][0]["imagePullPolicy"] == "Always"
+    assert pod["status"]["containerStatuses"][0]["image"] == "docker.io/library/busybox:latest"
+    events = cluster.get("events", "--field-selector", f"involvedObject.name={pod['metadata']['name']}")["items"]
+    pulled = [e["message"] for e in events if e["reason"] == "Pulled"]
+    assert any(m.startswith('Successfully pulled image "busybox"') for m in pulled), pulled
+    port = cluster.state.settings.component_ports["image-registry"]
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert 'registry_http_requests_total{code="200",method="HEAD",route="manifests"}' in metrics
+    cluster.kubectl("delete", "deployment", "web")
+
+
+def test_image_load_stores_into_the_registry_and_imports_into_every_node(cluster: Cluster) -> None:
     from kubelet_agent.images.build import busybox_layer, write_image_archive
 
     archive = cluster.state_dir.parent / "hello.tar"
@@ -327,9 +351,14 @@ def test_image_load_imports_into_every_node(cluster: Cluster) -> None:
     result = pyk8s("image", "load", str(archive), "--state-dir", str(cluster.state_dir))
     assert result.returncode == 0, result.stderr
     assert "imported into node-1" in result.stdout and "imported into node-2" in result.stdout
-    for node in ("node-1", "node-2"):
+    listed = pyk8s("image", "ls", "--state-dir", str(cluster.state_dir)).stdout
+    refs = [line.split()[0] for line in listed.splitlines()[1:]]
+    assert refs == ["docker.io/library/busybox:latest", "docker.io/library/pyk8s-e2e-hello:1",
+                    "registry.k8s.io/pause:3.10"], listed
+    # Never finds what `image load` pulled into the node; Always pulls it from the registry again.
+    for node, pull in (("node-1", "Never"), ("node-2", "Always")):
         manifest = pod_manifest(f"loaded-{node}", node, "echo loaded image runs", image="pyk8s-e2e-hello:1",
-                                pull="Never")
+                                pull=pull)
         cluster.apply(manifest)
     for node in ("node-1", "node-2"):
         pod = cluster.wait_pod("default", f"loaded-{node}", ("Succeeded", "Failed"))
