@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from apiserver.endpoints.typecheck import decode_error, type_error
+from apiserver.endpoints.typecheck import decode, type_error
 
 _CONTAINER = {"name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"]}
 _TEMPLATE = {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [_CONTAINER]}}
@@ -73,7 +73,7 @@ NULLS = [
 
 @pytest.mark.parametrize(("api_version", "kind", "obj"), NULLS)
 def test_null_decodes_to_the_zero_value(api_version: str, kind: str, obj: dict[str, Any]) -> None:
-    assert decode_error(api_version, kind, obj) is None
+    assert decode(api_version, kind, obj) is None
 
 
 WRONG = [
@@ -173,7 +173,7 @@ WRONG = [
 
 @pytest.mark.parametrize(("api_version", "kind", "obj", "message"), WRONG)
 def test_wrong_types_get_upstreams_message(api_version: str, kind: str, obj: Any, message: str) -> None:
-    assert decode_error(api_version, kind, obj) == message
+    assert decode(api_version, kind, obj) == message
 
 
 def test_status_is_upstreams_bad_request() -> None:
@@ -193,23 +193,23 @@ def test_status_is_upstreams_bad_request() -> None:
 
 def test_first_mismatch_in_document_order() -> None:
     obj = {"metadata": {"labels": {"a": 1}}, "spec": {"replicas": "3"}}
-    assert decode_error("apps/v1", "Deployment", obj) == struct_field(
+    assert decode("apps/v1", "Deployment", obj) == struct_field(
         "number", "ObjectMeta.metadata.labels", "string")
     obj = {"spec": {"replicas": "3"}, "metadata": {"labels": {"a": 1}}}
-    assert decode_error("apps/v1", "Deployment", obj) == struct_field(
+    assert decode("apps/v1", "Deployment", obj) == struct_field(
         "string", "DeploymentSpec.spec.replicas", "int32")
 
 
 def test_own_decoders_stop_the_decode_and_win_over_an_earlier_mismatch() -> None:
     obj = {"spec": {"replicas": "3", "template": {"metadata": {"creationTimestamp": "soon"}}}}
-    assert decode_error("apps/v1", "Deployment", obj) == (
+    assert decode("apps/v1", "Deployment", obj) == (
         'parsing time "soon" as "2006-01-02T15:04:05Z07:00": cannot parse "soon" as "2006"')
 
 
 def test_unknown_fields_and_custom_resources_are_not_checked() -> None:
-    assert decode_error("v1", "Pod", {"bogus": 1, "spec": {"Containers": 1, "nope": {"x": []}}}) is None
+    assert decode("v1", "Pod", {"bogus": 1, "spec": {"Containers": 1, "nope": {"x": []}}}) is None
     assert type_error("example.com/v1", "Widget", {"spec": {"replicas": "3"}}) is None
-    assert decode_error("v1", "Pod", {"metadata": {"managedFields": [{"fieldsV1": "anything"}]}}) is None
+    assert decode("v1", "Pod", {"metadata": {"managedFields": [{"fieldsV1": "anything"}]}}) is None
 
 
 def test_ten_container_pod_is_checked_well_under_a_millisecond() -> None:
