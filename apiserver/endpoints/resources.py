@@ -277,7 +277,7 @@ class ResourceHandler:
         wopts = _write_options(request)
         if verb == "create" and res.kind == "Binding" and not res.group:
             binding = _decode_as(await self._raw(request), request.headers.get("content-type"), "v1", "Binding")
-            pod_name = (binding.get("metadata") or {}).get("name", "") if isinstance(binding, dict) else ""
+            pod_name = (binding.get("metadata") or {}).get("name", "")
             await self.bind(self.stores[("", "v1", "pods")], ns, pod_name, binding, wopts)
             return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                "code": 201}, 201)

@@ -442,22 +442,26 @@ class _Walk:
             if type(value) is list:
                 item = node.item  # type: ignore[union-attr]
                 if item is not None:
+                    if None in value:
+                        for index, element in enumerate(value):
+                            if element is None:
+                                value[index] = _zero(item)
                     quick = item.quick
-                    for index, element in enumerate(value):
-                        if element is None:
-                            value[index] = _zero(item)
-                        elif type(element) is not quick:
+                    for element in value:
+                        if element is not None and type(element) is not quick:
                             self.value(item, element, owner, stack)
                 return
         elif node_type is _Map:
             if type(value) is dict:
                 inner = node.value  # type: ignore[union-attr]
                 if inner is not None:
+                    if None in value.values():
+                        for key, element in value.items():
+                            if element is None:
+                                value[key] = _zero(inner)
                     quick = inner.quick
-                    for key, element in value.items():
-                        if element is None:
-                            value[key] = _zero(inner)
-                        elif type(element) is not quick:
+                    for element in value.values():
+                        if element is not None and type(element) is not quick:
                             self.value(inner, element, owner, stack)
                 return
         else:

@@ -225,3 +225,39 @@ def test_ten_container_pod_is_checked_well_under_a_millisecond() -> None:
     for _ in range(rounds):
         type_error("v1", "Pod", many)
     assert (time.perf_counter() - started) / rounds < 0.001
+
+
+def test_nulls_are_read_as_go_reads_them() -> None:
+    """Optional fields that are null are dropped; required scalars, and null list and map elements, get their
+    type's zero value, a struct's being its required scalars zeroed; opaque values keep their nulls."""
+    obj = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "creationTimestamp": None, "annotations": None, "labels": {"a": None},
+                        "finalizers": [None], "ownerReferences": [None]},
+           "spec": {"containers": [None, {"name": "c", "image": None, "args": ["x", None], "ports": [None],
+                                          "resources": {"limits": {"cpu": None}}}],
+                    "tolerations": [None], "nodeSelector": None},
+           "unknown": None}
+    assert decode("v1", "Pod", obj) is None
+    assert obj == {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "p", "labels": {"a": ""}, "finalizers": [""],
+                                "ownerReferences": [{"apiVersion": "", "kind": "", "name": "", "uid": ""}]},
+                   "spec": {"containers": [{"name": ""}, {"name": "c", "args": ["x", ""],
+                                                          "ports": [{"containerPort": 0}],
+                                                          "resources": {"limits": {"cpu": "0"}}}],
+                            "tolerations": [{}]},
+                   "unknown": None}  # unknown fields stay for field validation to name
+    service = {"spec": {"ports": [{"port": None, "targetPort": None, "name": None}]}}
+    assert decode("v1", "Service", service) is None
+    assert service == {"spec": {"ports": [{"port": 0}]}}
+    revision = {"data": None, "revision": None}
+    assert decode("apps/v1", "ControllerRevision", revision) is None
+    assert revision == {"revision": 0}
+    raw = {"data": {"x": [None]}}
+    assert decode("apps/v1", "ControllerRevision", raw) is None
+    assert raw == {"data": {"x": [None]}}  # inside a RawExtension nothing is typed
+
+
+def test_a_type_error_is_still_found_among_nulls() -> None:
+    obj = container(ports=[None, {"containerPort": "80"}])
+    assert decode("v1", "Pod", obj) == struct_field("string", "ContainerPort.spec.containers.ports.containerPort",
+                                                    "int32")
