@@ -680,7 +680,8 @@ class ResourceHandler:
             rv = (wanted.get("metadata") or {}).get("resourceVersion")
             if rv and rv != obj["metadata"].get("resourceVersion"):
                 raise errors.conflict(store.res.plural, store.res.group, name, errors.STALE_WRITE)
-            replicas = (wanted.get("spec") or {}).get("replicas")
+            # ScaleSpec.replicas is a plain int32: absent (or null) it is Go's 0, as upstream reads it
+            replicas = (wanted.get("spec") or {}).get("replicas", 0)
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
                 raise errors.invalid("Scale", "autoscaling", name, [errors.cause(
                     "spec.replicas", f"Invalid value: {replicas}: must be greater than or equal to 0")])

@@ -699,7 +699,7 @@ class RESTStore:
                 if subresource:
                     raise self._not_found(name)
                 created = merge(None)
-                body_name = (created.get("metadata") or {}).get("name")
+                body_name = (created.get("metadata") or {}).get("name") or ""
                 if body_name != name:
                     raise errors.bad_request(
                         f"the name of the object ({body_name}) does not match the name on the URL ({name})"

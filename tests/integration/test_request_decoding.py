@@ -225,6 +225,8 @@ BAD_INPUT = [
     ("PATCH", "/api/v1/namespaces/{ns}/pods/applied", "apiVersion: v1\nkind: Pod\nmetadata: {name: applied}\n"
      "spec: {containers: 5}\n", {"fieldManager": "nulls-test"}, 422,
      "json: cannot unmarshal number into Go struct field PodSpec.spec.containers of type []v1.Container"),
+    ("PATCH", "/api/v1/namespaces/{ns}/configmaps/nameless", "apiVersion: v1\nkind: ConfigMap\nmetadata: null\n",
+     {"fieldManager": "nulls-test"}, 400, "the name of the object () does not match the name on the URL (nameless)"),
 ]
 
 
@@ -256,3 +258,14 @@ def test_an_object_past_etcds_request_limit_is_413(http: httpx.Client, ns: str) 
     assert r.json()["reason"] == "RequestEntityTooLarge"
     assert r.json()["message"] == "etcdserver: request is too large"
     assert http.get(f"/api/v1/namespaces/{ns}/configmaps/big").status_code == 404
+
+
+def test_a_null_scale_is_gos_zero(http: httpx.Client, ns: str) -> None:
+    """ScaleSpec.replicas is a plain int32: a merge patch that nulls it scales to 0, as upstream's does."""
+    collection = f"/apis/apps/v1/namespaces/{ns}/deployments"
+    assert http.post(collection, json=deployment("scaled")).status_code == 201
+    r = http.patch(f"{collection}/scaled/scale", content=json.dumps({"spec": {"replicas": None}}),
+                   headers={"Content-Type": MERGE})
+    assert r.status_code == 200, r.text
+    assert r.json()["spec"]["replicas"] == 0
+    assert http.get(f"{collection}/scaled").json()["spec"]["replicas"] == 0
