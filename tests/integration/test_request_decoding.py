@@ -225,6 +225,12 @@ BAD_INPUT = [
     ("PATCH", "/api/v1/namespaces/{ns}/pods/applied", "apiVersion: v1\nkind: Pod\nmetadata: {name: applied}\n"
      "spec: {containers: 5}\n", {"fieldManager": "nulls-test"}, 422,
      "json: cannot unmarshal number into Go struct field PodSpec.spec.containers of type []v1.Container"),
+    ("POST", "/apis/authentication.k8s.io/v1/tokenreviews", {"spec": {"token": 5}}, None, 400,
+     'TokenReview in version "v1" cannot be handled as a TokenReview: json: cannot unmarshal number into Go struct '
+     "field TokenReviewSpec.spec.token of type string"),
+    ("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+     {"spec": {"resourceAttributes": {"verb": ["get"]}}}, None, 400,
+     "cannot unmarshal array into Go struct field ResourceAttributes.spec.resourceAttributes.verb of type string"),
     ("PATCH", "/api/v1/namespaces/{ns}/configmaps/nameless", "apiVersion: v1\nkind: ConfigMap\nmetadata: null\n",
      {"fieldManager": "nulls-test"}, 400, "the name of the object () does not match the name on the URL (nameless)"),
 ]
