@@ -15,6 +15,9 @@ from apiserver.auth.tokens import DEFAULT_EXPIRATION, MIN_EXPIRATION, TokenIssue
 from services.api import errors
 from services.auth.identity import UserInfo
 
+#: upstream's ValidateTokenRequest refuses longer tokens
+MAX_EXPIRATION = 1 << 32
+
 AUTHORIZATION_GROUP = "authorization.k8s.io"
 REVIEW_KINDS = ("TokenReview", "SelfSubjectReview", "SubjectAccessReview", "LocalSubjectAccessReview",
                 "SelfSubjectAccessReview", "SelfSubjectRulesReview")
@@ -142,10 +145,13 @@ def token_request(
     audiences = spec.get("audiences")
     if audiences is not None and (not isinstance(audiences, list) or not all(isinstance(a, str) for a in audiences)):
         raise errors.bad_request("TokenRequest spec.audiences must be a list of strings")
-    seconds = spec.get("expirationSeconds") or DEFAULT_EXPIRATION
-    if not isinstance(seconds, int) or seconds < MIN_EXPIRATION:
+    seconds = spec.get("expirationSeconds")
+    if seconds is None:
+        seconds = DEFAULT_EXPIRATION
+    if seconds < MIN_EXPIRATION or seconds > MAX_EXPIRATION:
+        limit = "less than 10 minutes" if seconds < MIN_EXPIRATION else "larger than 2^32 seconds"
         raise errors.invalid("TokenRequest", "authentication.k8s.io", account["metadata"]["name"], [errors.cause(
-            "spec.expirationSeconds", f"Invalid value: {seconds}: may not specify a duration less than 10 minutes")])
+            "spec.expirationSeconds", f"Invalid value: {seconds}: may not specify a duration {limit}")])
     spec["expirationSeconds"] = seconds
     spec.setdefault("audiences", tokens.audiences)
     token, exp = tokens.issue(namespace, account["metadata"]["name"], account["metadata"].get("uid", ""),

@@ -7,6 +7,7 @@ the few subresources with their own shape (scale, binding, eviction).
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -113,14 +114,22 @@ def _bool(value: str | None) -> bool:
     return (value or "").lower() in ("true", "1")
 
 
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+_INT64 = range(-(1 << 63), 1 << 63)
+
+
 def _int(params: Any, name: str) -> int | None:
+    """An int64 query parameter, parsed as upstream's strconv.ParseInt parses it (400 when it cannot)."""
     value = params.get(name)
-    if value is None or value == "":
+    if value is None:
         return None
-    try:
-        return int(value)
-    except ValueError as exc:
-        raise errors.bad_request(f'invalid value for {name}: "{value}": must be an integer') from exc
+    quoted = orjson.dumps(value).decode()
+    if not _DECIMAL.fullmatch(value):
+        raise errors.bad_request(f"strconv.ParseInt: parsing {quoted}: invalid syntax")
+    number = int(value)
+    if number not in _INT64:
+        raise errors.bad_request(f"strconv.ParseInt: parsing {quoted}: value out of range")
+    return number
 
 
 def _selectors(params: Any) -> tuple[LabelSelector | None, FieldSelector | None]:
@@ -139,13 +148,15 @@ def _selectors(params: Any) -> tuple[LabelSelector | None, FieldSelector | None]
     return labels, fields
 
 
-def _patched_types(res: Resource) -> Callable[[dict[str, Any]], None] | None:
-    """The check a patched built-in object must pass: its fields have the types upstream's decoder wants."""
+def _patched_decoder(res: Resource) -> Callable[[dict[str, Any]], None]:
+    """How a patched or applied object is decoded, in place, before the strategy sees it: a built-in one
+    as upstream's Go decoder would (its nulls read, 422 for fields of the wrong type); a custom one's
+    metadata as the built-in ObjectMeta (its schema reads the rest)."""
     if res.custom:
-        return None
+        return typecheck.decode_metadata
 
     def check(obj: dict[str, Any]) -> None:
-        problem = typecheck.decode_error(res.api_version, res.kind, obj)
+        problem = typecheck.decode(res.api_version, res.kind, obj)
         if problem is not None:
             meta = obj.get("metadata")
             name = meta.get("name", "") if isinstance(meta, dict) else ""
@@ -156,6 +167,18 @@ def _patched_types(res: Resource) -> Callable[[dict[str, Any]], None] | None:
                                           "field": "patch"}]})
 
     return check
+
+
+def _decode_as(raw: bytes, content_type: str | None, api_version: str, kind: str) -> dict[str, Any]:
+    """A subresource's body decoded as upstream decodes it into the Go struct of `kind`: its nulls
+    read, and 400 when it is no object or has fields of the wrong type."""
+    body = decode_body(raw, content_type)
+    if not isinstance(body, dict):
+        raise errors.bad_request(f"a {kind} object is required")
+    wrong_type = typecheck.type_error(api_version, kind, body)
+    if wrong_type is not None:
+        raise wrong_type
+    return body
 
 
 def _write_options(request: Request) -> WriteOptions:
@@ -253,8 +276,8 @@ class ResourceHandler:
         dry_run = _dry_run(params)
         wopts = _write_options(request)
         if verb == "create" and res.kind == "Binding" and not res.group:
-            binding = decode_body(await self._raw(request), request.headers.get("content-type"))
-            pod_name = (binding.get("metadata") or {}).get("name", "") if isinstance(binding, dict) else ""
+            binding = _decode_as(await self._raw(request), request.headers.get("content-type"), "v1", "Binding")
+            pod_name = (binding.get("metadata") or {}).get("name", "")
             await self.bind(self.stores[("", "v1", "pods")], ns, pod_name, binding, wopts)
             return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                "code": 201}, 201)
@@ -271,9 +294,9 @@ class ResourceHandler:
         if verb == "patch":
             patch_type, patch = await self._patch_body(request)
             if patch_type == "apply":
-                obj, created = await store.apply(ns, name or "", patch, wopts)
+                obj, created = await store.apply(ns, name or "", patch, wopts, check=_patched_decoder(res))
                 return self._object(obj, rep, res, 201 if created else 200)
-            obj = await store.patch(ns, name or "", patch_type, patch, wopts, check=_patched_types(res))
+            obj = await store.patch(ns, name or "", patch_type, patch, wopts, check=_patched_decoder(res))
             return self._object(obj, rep, res, 200)
         if verb == "delete":
             dopts = await self._delete_options(request, dry_run)
@@ -308,7 +331,9 @@ class ResourceHandler:
         mode = fieldvalidation.directive(request.query_params.get("fieldValidation"), options_kind)
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request was not a JSON object")
-        if not res.custom:
+        if res.custom:
+            typecheck.decode_metadata(body)
+        else:
             wrong_type = typecheck.type_error(res.api_version, res.kind, body)
             if wrong_type is not None:
                 raise wrong_type
@@ -356,6 +381,10 @@ class ResourceHandler:
             decoded = decode_body(raw, request.headers.get("content-type"))
             if not isinstance(decoded, dict):
                 raise errors.bad_request("DeleteOptions must be a JSON object")
+            # Upstream answers a DeleteOptions its decoder refuses with the bare decode error.
+            problem = typecheck.decode("v1", "DeleteOptions", decoded)
+            if problem is not None:
+                raise errors.bad_request(problem)
             body = decoded
         grace = body.get("gracePeriodSeconds")
         q_grace = _int(params, "gracePeriodSeconds")
@@ -507,17 +536,18 @@ class ResourceHandler:
             if verb == "patch" and sub == "status":
                 patch_type, patch = await self._patch_body(request)
                 if patch_type == "apply":
-                    obj, _ = await store.apply(ns, name, patch, wopts, subresource="status")
+                    obj, _ = await store.apply(ns, name, patch, wopts, subresource="status",
+                                               check=_patched_decoder(res))
                 else:
                     obj = await store.patch(ns, name, patch_type, patch, wopts, subresource="status",
-                                            check=_patched_types(res))
+                                            check=_patched_decoder(res))
                 return self._object(obj, rep, res)
             raise errors.method_not_allowed()
         if sub == "scale" and res.scale is not None:
             return await self._scale(request, store, ns, name, verb, wopts)
         if sub == "binding" and verb == "create":
             raw = await self._raw(request)
-            binding = decode_body(raw, request.headers.get("content-type"))
+            binding = _decode_as(raw, request.headers.get("content-type"), "v1", "Binding")
             await self.bind(store, ns, name, binding, wopts)
             return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                "code": 201}, 201)
@@ -552,14 +582,14 @@ class ResourceHandler:
             warnings = []
         else:
             raise errors.method_not_allowed()
-        check = _patched_types(res)
+        check = _patched_decoder(res)
 
         def change(pod: dict[str, Any]) -> dict[str, Any]:
             rv = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
             if rv and rv != pod["metadata"].get("resourceVersion"):
                 raise errors.conflict(res.plural, res.group, name, errors.STALE_WRITE)
             wanted = patch if patch_type == "" else apply_patch(patch_type, pod, patch)
-            if check is not None and isinstance(wanted, dict):
+            if isinstance(wanted, dict):
                 check(wanted)
             return pods.update_ephemeral_containers(pod, wanted)
 
@@ -568,7 +598,8 @@ class ResourceHandler:
 
     async def _token(self, request: Request, store: RESTStore, ns: str, name: str) -> Response:
         raw = await self._raw(request)
-        body = decode_body(raw, request.headers.get("content-type")) if raw.strip() else {}
+        body = _decode_as(raw, request.headers.get("content-type"), "authentication.k8s.io/v1",
+                          "TokenRequest") if raw.strip() else {}
         account = await store.get(ns, name)
         spec = body.get("spec") if isinstance(body, dict) else None
         bound = spec.get("boundObjectRef") if isinstance(spec, dict) else None
@@ -649,7 +680,8 @@ class ResourceHandler:
             rv = (wanted.get("metadata") or {}).get("resourceVersion")
             if rv and rv != obj["metadata"].get("resourceVersion"):
                 raise errors.conflict(store.res.plural, store.res.group, name, errors.STALE_WRITE)
-            replicas = (wanted.get("spec") or {}).get("replicas")
+            # ScaleSpec.replicas is a plain int32: absent (or null) it is Go's 0, as upstream reads it
+            replicas = (wanted.get("spec") or {}).get("replicas", 0)
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
                 raise errors.invalid("Scale", "autoscaling", name, [errors.cause(
                     "spec.replicas", f"Invalid value: {replicas}: must be greater than or equal to 0")])
@@ -665,16 +697,12 @@ class ResourceHandler:
         """Upstream's EvictionREST: delete the pod unless its PodDisruptionBudget forbids it, taking the
         disruption out of the budget's status (a compare-and-swap write) before the pod is deleted."""
         raw = await self._raw(request)
-        eviction = decode_body(raw, request.headers.get("content-type")) if raw.strip() else {}
-        if not isinstance(eviction, dict):
-            raise errors.bad_request("an Eviction object is required")
+        content_type = request.headers.get("content-type")
+        eviction = _decode_as(raw, content_type, "policy/v1", "Eviction") if raw.strip() else {}
         meta = eviction.get("metadata") or {}
         delete_options = eviction.get("deleteOptions") or {}
-        pre = (delete_options.get("preconditions") or {}) if isinstance(delete_options, dict) else None
-        grace = delete_options.get("gracePeriodSeconds") if isinstance(delete_options, dict) else None
-        if not isinstance(meta, dict) or not isinstance(pre, dict) or (
-                grace is not None and (not isinstance(grace, int) or isinstance(grace, bool))):
-            raise errors.bad_request("an Eviction object is required")
+        pre = delete_options.get("preconditions") or {}
+        grace = delete_options.get("gracePeriodSeconds")
         if meta.get("name") and meta["name"] != name:
             raise errors.bad_request("name in URL does not match name in Eviction object")
         opts = DeleteOptions(dry_run=wopts.dry_run or bool(delete_options.get("dryRun")), grace_period=grace)

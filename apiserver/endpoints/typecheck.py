@@ -1,4 +1,4 @@
-"""Wrong JSON types in built-in objects, refused as upstream's Go decoder refuses them.
+"""Built-in objects decoded as upstream's Go decoder decodes them: wrong JSON types refused, nulls read.
 
 Upstream decodes a request body into the Go struct of its kind before anything else runs, so a
 `replicas: "3"` or a `data` value that is a number never reaches validation: the decoder answers
@@ -9,6 +9,13 @@ into a tree of expected JSON types, with the Go type names the messages quote.
 
 Go's decoder keeps the first plain type mismatch and goes on; a failure inside a type with its
 own decoder (IntOrString, Quantity, Time) stops it at once and wins over an earlier mismatch.
+
+A JSON null leaves a Go field unset, so the same walk takes every null out as the typed round trip
+would: an optional field that is null is dropped (Go omits it again on output), a required scalar
+field gets its zero value (`""`, `0`, `false`, as Go writes a field without omitempty), and a null
+element of a list or a null value of a map becomes the zero value of its type, a struct's being `{}`
+with its required scalars zeroed, which validation then names precisely (`spec.containers[0].name:
+Required value`). Without this a stored null would make two equal templates hash apart.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ _INTSTR = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
 _QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 _TIME = "io.k8s.apimachinery.pkg.apis.meta.v1.Time"
 _MICROTIME = "io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime"
+_OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 
 # Types whose Go decoders take any JSON.
 _OPAQUE = frozenset({
@@ -209,13 +217,14 @@ _RFC3339_MICRO = "2006-01-02T15:04:05.000000Z07:00"
 
 
 class _Struct:
-    __slots__ = ("name", "go", "fields")
+    __slots__ = ("name", "go", "fields", "zeros")
     quick = None  # the JSON value type that needs no further look, for the hot loops
 
     def __init__(self, name: str, go: str) -> None:
         self.name = name  # what Go's reflect.Type.Name() says, the message's `Go struct field <name>.`
         self.go = go
         self.fields: dict[str, _Node] = {}
+        self.zeros: dict[str, Any] = {}  # required scalar fields -> what a null leaves in them
 
 
 class _List:
@@ -248,6 +257,20 @@ class _Scalar:
 
 _Node = _Struct | _List | _Map | _Scalar | None  # None: anything goes
 _UINT8 = _Scalar(_INT, "uint8")
+
+# What a null leaves in a scalar of each kind, as Go writes it back; byte strings and times are nil
+# and written as null, so they have none.
+_SCALAR_ZEROS: dict[int, Any] = {_STRING: "", _INT: 0, _FLOAT: 0, _BOOL: False, _INT_OR_STRING: 0,
+                                 _QUANTITY_KIND: "0"}
+
+
+def _zero(node: _Node) -> Any:
+    """The JSON of a Go zero value of `node`'s type; None for the nil ones (pointers, lists, maps, any)."""
+    if type(node) is _Struct:
+        return dict(node.zeros)  # type: ignore[union-attr]
+    if type(node) is _Scalar:
+        return _SCALAR_ZEROS.get(node.kind)  # type: ignore[union-attr]
+    return None
 
 
 class _Failure(Exception):
@@ -290,6 +313,10 @@ def _compile_ref(name: str, defs: dict[str, Any]) -> _Node:
             child = _compile(sub, defs)
             go = overrides.get(prop)
             struct.fields[prop] = _retyped(child, go) if go else child
+        for prop in schema.get("required", ()):
+            child = struct.fields.get(prop)
+            if type(child) is _Scalar and _zero(child) is not None:
+                struct.zeros[prop] = _zero(child)
         return struct
     else:
         node = _compile(schema, defs)
@@ -415,6 +442,10 @@ class _Walk:
             if type(value) is list:
                 item = node.item  # type: ignore[union-attr]
                 if item is not None:
+                    if None in value:
+                        for index, element in enumerate(value):
+                            if element is None:
+                                value[index] = _zero(item)
                     quick = item.quick
                     for element in value:
                         if element is not None and type(element) is not quick:
@@ -424,6 +455,10 @@ class _Walk:
             if type(value) is dict:
                 inner = node.value  # type: ignore[union-attr]
                 if inner is not None:
+                    if None in value.values():
+                        for key, element in value.items():
+                            if element is None:
+                                value[key] = _zero(inner)
                     quick = inner.quick
                     for element in value.values():
                         if element is not None and type(element) is not quick:
@@ -437,13 +472,25 @@ class _Walk:
     def struct(self, node: _Struct, value: dict[str, Any], stack: list[str]) -> None:
         fields = node.fields
         name = node.name
+        nulls: list[str] | None = None
         for key, item in value.items():
+            if item is None:
+                if key in fields:  # an unknown field stays for field validation to report
+                    nulls = [key] if nulls is None else [*nulls, key]
+                continue
             child = fields.get(key)
-            if child is None or item is None or type(item) is child.quick:
+            if child is None or type(item) is child.quick:
                 continue
             stack.append(key)
             self.value(child, item, name, stack)
             stack.pop()
+        if nulls is not None:
+            zeros = node.zeros
+            for key in nulls:
+                if key in zeros:
+                    value[key] = zeros[key]
+                else:
+                    del value[key]
 
     def scalar(self, node: _Scalar, value: Any, owner: str, stack: list[str]) -> None:
         kind = node.kind
@@ -512,16 +559,8 @@ def _quantity_problem(text: str | int | float) -> str | None:
     return None
 
 
-def decode_error(api_version: str, kind: str, obj: Any) -> str | None:
-    """What upstream's JSON decoder says about `obj` as a built-in kind, or None when it decodes.
-
-    The bare Go error: create and update wrap it in the `cannot be handled as` 400, patches
-    in a 422 on `patch`.
-    """
-    node = _root(api_version, kind)
-    if node is None:
-        return None
-    if obj is None:
+def _decode(node: _Node, obj: Any) -> str | None:
+    if node is None or obj is None:
         return None
     walk = _Walk()
     try:
@@ -531,12 +570,34 @@ def decode_error(api_version: str, kind: str, obj: Any) -> str | None:
     return walk.first
 
 
+def decode(api_version: str, kind: str, obj: Any) -> str | None:
+    """Decode `obj` as the built-in kind, in place: its nulls read as Go reads them; returns what
+    upstream's decoder says about its types, or None when it decodes.
+
+    The bare Go error: create and update wrap it in the `cannot be handled as` 400, patches
+    in a 422 on `patch`.
+    """
+    return _decode(_root(api_version, kind), obj)
+
+
+def decode_metadata(obj: dict[str, Any]) -> None:
+    """Read the nulls of a custom resource's metadata as upstream does, which decodes it into the
+    built-in ObjectMeta whatever the resource's schema says."""
+    metadata = obj.get("metadata")
+    if type(metadata) is dict:
+        defs, _ = _definitions()
+        with _lock:
+            node = _compile_ref(_OBJECT_META, defs)
+        _decode(node, metadata)
+
+
 def type_error(api_version: str, kind: str, obj: dict[str, Any]) -> StatusError | None:
-    """The 400 upstream answers for a body whose fields have the wrong JSON type, or None.
+    """Decode `obj` in place (see `decode`); the 400 upstream answers when its fields have the wrong
+    JSON type, or None.
 
     Custom resources and kinds without upstream definitions are never refused here.
     """
-    message = decode_error(api_version, kind, obj)
+    message = decode(api_version, kind, obj)
     if message is None:
         return None
     version = api_version.rsplit("/", 1)[-1]

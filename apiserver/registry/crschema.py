@@ -118,20 +118,29 @@ def _prune(node: Any, value: Any, path: str, pruned: list[str]) -> None:
 
 
 def apply_defaults(schema: dict[str, Any], obj: dict[str, Any]) -> None:
-    """Fill `default` values of absent fields, from the root down."""
+    """Fill `default` values of absent fields, from the root down.
+
+    A null where the schema is not `nullable` is read as upstream reads it: the default when there
+    is one, else the field is dropped (a null list item stays, for validation to refuse).
+    """
     _default(schema, obj, root=True)
+
+
+def _non_nullable_null(value: Any, node: Any) -> bool:
+    return value is None and isinstance(node, dict) and not node.get("nullable")
 
 
 def _default(node: Any, value: Any, root: bool = False) -> None:
     if not isinstance(node, dict):
         return
     if isinstance(value, dict):
-        for key, sub in (node.get("properties") or {}).items():
+        props = node.get("properties") or {}
+        for key, sub in props.items():
             if root and key in _SKIP_ROOT:
                 continue
             if not isinstance(sub, dict):
                 continue
-            if key in value and value[key] is None and not sub.get("nullable"):
+            if key in value and _non_nullable_null(value[key], sub):
                 del value[key]
             if key not in value and "default" in sub:
                 value[key] = _copy(sub["default"])
@@ -139,12 +148,19 @@ def _default(node: Any, value: Any, root: bool = False) -> None:
                 _default(sub, value[key])
         additional = node.get("additionalProperties")
         if isinstance(additional, dict):
-            for key in value:
-                if key not in (node.get("properties") or {}):
-                    _default(additional, value[key])
+            for key in [k for k in value if k not in props]:
+                if _non_nullable_null(value[key], additional):
+                    if "default" not in additional:
+                        del value[key]
+                        continue
+                    value[key] = _copy(additional["default"])
+                _default(additional, value[key])
     elif isinstance(value, list) and isinstance(node.get("items"), dict):
-        for item in value:
-            _default(node["items"], item)
+        items = node["items"]
+        for index, item in enumerate(value):
+            if _non_nullable_null(item, items) and "default" in items:
+                value[index] = item = _copy(items["default"])
+            _default(items, item)
 
 
 def _copy(value: Any) -> Any:

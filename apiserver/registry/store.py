@@ -671,14 +671,16 @@ class RESTStore:
         return obj
 
     async def apply(
-        self, namespace: str | None, name: str, config: Any, opts: WriteOptions, subresource: str = ""
+        self, namespace: str | None, name: str, config: Any, opts: WriteOptions, subresource: str = "",
+        check: Callable[[Obj], None] | None = None,
     ) -> tuple[Obj, bool]:
-        """Server-side apply: returns the object and whether the apply created it."""
+        """Server-side apply: returns the object and whether the apply created it; `check` vets the
+        merged object before the strategy sees it, as for patches."""
         tracked = dataclasses.replace(opts, tracked=True)
 
         def merge(live: Obj | None) -> Obj:
             try:
-                return fm_apply(
+                merged = fm_apply(
                     self.res.api_version, self.res.kind, live, config, opts.field_manager, opts.force,
                     now_rfc3339(), subresource=subresource, schema=self.res.schema,
                 )
@@ -687,6 +689,9 @@ class RESTStore:
                 # client's mistake, so they get 422.
                 code = 422 if exc.code >= 500 else exc.code
                 raise errors.StatusError(code, "Invalid" if code == 422 else exc.reason, str(exc)) from exc
+            if check is not None:
+                check(merged)
+            return merged
 
         while True:
             kv = await self.ctx.etcd.get(self.key(namespace, name))
@@ -694,7 +699,7 @@ class RESTStore:
                 if subresource:
                     raise self._not_found(name)
                 created = merge(None)
-                body_name = (created.get("metadata") or {}).get("name")
+                body_name = (created.get("metadata") or {}).get("name") or ""
                 if body_name != name:
                     raise errors.bad_request(
                         f"the name of the object ({body_name}) does not match the name on the URL ({name})"

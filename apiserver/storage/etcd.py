@@ -23,6 +23,7 @@ from prometheus_client import Histogram
 
 from apiserver.storage.grpc_wire import Connection, GrpcError, StatusCode
 from apiserver.storage.lease import DEFAULT_MAX_OBJECTS, DEFAULT_REUSE_SECONDS, LeaseManager
+from services.api import errors
 
 log = structlog.get_logger("apiserver.storage")
 
@@ -79,6 +80,19 @@ class Compacted(Exception):
 
 class Unavailable(Exception):
     """No etcd endpoint answered."""
+
+
+#: what etcd answers a write past its --max-request-bytes (1.5 MiB by default)
+_TOO_LARGE = "etcdserver: request is too large"
+
+
+class RequestTooLarge(errors.StatusError):
+    """etcd refused a write past its request size limit: an object that outgrew what etcd stores (its
+    managedFields count too), which no retry helps. Upstream passes etcd's text on as a bare 500; it is
+    the request that is too large, so it is a 413 with that text."""
+
+    def __init__(self) -> None:
+        super().__init__(413, "RequestEntityTooLarge", _TOO_LARGE)
 
 
 @dataclass(slots=True)
@@ -377,7 +391,12 @@ class EtcdStore:
         async def run(c: Connection) -> bytes:
             return await c.unary(_TXN, raw, _CALL_TIMEOUT)
 
-        resp, sent = await self._call_counted(op, run)
+        try:
+            resp, sent = await self._call_counted(op, run)
+        except GrpcError as exc:
+            if exc.code == StatusCode.INVALID_ARGUMENT and _TOO_LARGE in exc.details:
+                raise RequestTooLarge() from exc
+            raise
         return rpc.TxnResponse.FromString(resp), sent
 
     async def compact(self, revision: int) -> None:

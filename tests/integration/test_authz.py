@@ -411,6 +411,30 @@ def test_escalation_prevention(cluster: Cluster) -> None:
         assert escalated.status_code == 201, escalated.text
 
 
+def test_escalation_check_reads_nulls_as_the_handler_does(cluster: Cluster) -> None:
+    """The escalation check sees the body decoded as the write will be: null rules and subjects are empty
+    ones, which the handler then refuses by name (422), not a crash in the check (500)."""
+    with cluster.client("admin") as admin, cluster.client("jane") as jane:
+        ns = _namespace(admin, "escnull")
+        _create(admin, f"{RBAC}/namespaces/{ns}/roles", _role("rbac-editor", [
+            {"verbs": ["create", "get", "patch"], "apiGroups": ["rbac.authorization.k8s.io"],
+             "resources": ["roles", "rolebindings"]}]))
+        _create(admin, f"{RBAC}/namespaces/{ns}/rolebindings", _binding("jane-rbac", "rbac-editor", [_user("jane")]))
+        _wait_status(jane, f"{RBAC}/namespaces/{ns}/roles/rbac-editor", 200)
+        role = jane.post(f"{RBAC}/namespaces/{ns}/roles", json=_role("nulls", [
+            None, {"verbs": None, "apiGroups": [None], "resources": None}]))
+        assert role.status_code == 422, role.text
+        assert "rules[0].verbs: Required value" in role.text
+        binding = _binding("nulls", "rbac-editor", [None, {**_user("bob"), "namespace": None}])
+        binding["roleRef"]["apiGroup"] = None
+        bound = jane.post(f"{RBAC}/namespaces/{ns}/rolebindings", json=binding)
+        assert bound.status_code == 422, bound.text
+        assert "subjects[0].name: Required value" in bound.text
+        patched = jane.patch(f"{RBAC}/namespaces/{ns}/roles/rbac-editor", json={"rules": [None]},
+                             headers={"content-type": "application/merge-patch+json"})
+        assert patched.status_code == 422, patched.text
+
+
 def test_anonymous_disabled(etcd_server: str, workdir: Path) -> None:
     root = workdir / "authz-noanon"
     process, secure = _start(etcd_server, root, "--anonymous-auth=false")

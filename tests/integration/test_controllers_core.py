@@ -6,6 +6,7 @@ binding pods and a hollow kubelet running them (tests/integration/cluster.py).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -33,6 +34,7 @@ RSS = gvr("apps/v1", "replicasets")
 DEPLOYMENTS = gvr("apps/v1", "deployments")
 LEASES = gvr("coordination.k8s.io/v1", "leases")
 QUOTAS = gvr("v1", "resourcequotas")
+REVISION = "deployment.kubernetes.io/revision"
 
 
 @pytest.fixture(scope="module")
@@ -328,6 +330,40 @@ async def test_deployment_rollout_with_kubectl(
     kubectl.run("scale", "deployment/web", "--replicas=6", "-n", ns)
     await asyncio.to_thread(rollout_status, kubectl, ns, "web")
     assert len(await pods_of(client, ns, "web")) == 6
+
+
+async def test_rollout_undo_reuses_the_old_replicaset(
+    client: Client, kubelet: Proc, kubectl: Kubectl, unique_ns: str
+) -> None:
+    """`kubectl rollout undo` sends the old ReplicaSet's template as kubectl's Go types write it, with
+    `creationTimestamp: null`; a Deployment applied from a file has no such null. Upstream decodes the
+    null away, so the template equals the old one and undo scales that ReplicaSet back up (revisions 2
+    and 3 in the history) instead of making a third one."""
+    ns = unique_ns
+    manifest = json.dumps(deployment("undo", 2))
+    kubectl.run("apply", "-n", ns, "-f", "-", stdin=manifest)
+    await eventually(lambda: _rs_with_revision(client, ns, "1"), what="the first ReplicaSet")
+    kubectl.run("set", "image", "deployment/undo", "c=nginx:1.26", "-n", ns)
+    await eventually(lambda: _rs_with_revision(client, ns, "2"), what="the second ReplicaSet")
+    (first,) = [r for r in await rs_list(client, ns) if r["metadata"]["annotations"][REVISION] == "1"]
+
+    kubectl.run("rollout", "undo", "deployment/undo", "-n", ns)
+
+    async def undone() -> bool:
+        d = await client.get(DEPLOYMENTS, "undo", ns)
+        rs = await client.get(RSS, first["metadata"]["name"], ns)
+        return d["metadata"]["annotations"][REVISION] == "3" and rs["metadata"]["annotations"][REVISION] == "3"
+
+    await eventually(undone, what="the first ReplicaSet re-used as revision 3")
+    d = await client.get(DEPLOYMENTS, "undo", ns)
+    assert "creationTimestamp" not in d["spec"]["template"]["metadata"]
+    assert len(await rs_list(client, ns)) == 2
+    history = kubectl.run("rollout", "history", "deployment/undo", "-n", ns).stdout.split()
+    assert history[history.index("CHANGE-CAUSE") + 1::2] == ["2", "3"], history
+
+
+async def _rs_with_revision(client: Client, ns: str, revision: str) -> bool:
+    return any((r["metadata"].get("annotations") or {}).get(REVISION) == revision for r in await rs_list(client, ns))
 
 
 async def test_deployment_pause_resume(client: Client, kubelet: Proc, kubectl: Kubectl, unique_ns: str) -> None:

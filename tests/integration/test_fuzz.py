@@ -3,9 +3,12 @@
 Random and mutated bodies, headers, selectors and query strings go to every route shape
 with every method. The properties: never a 5xx; every error body is a `Status` whose
 `code` is the HTTP code; and no rejected request, no read and no dry run changes what is
-stored (etcd's revision does not move). The apiserver and etcd are private to this module,
-so destructive requests that succeed (deleting the namespace, say) harm no other test;
-the fixture objects are put back whenever something changed them.
+stored (etcd's revision does not move). Writes to every kind of the catalog, with every patch
+type, carry bodies shaped by upstream's schema with nulls, wrong types, huge numbers and deep
+nesting in them, and a sweep puts nulls in every list and field of a valid object of each kind.
+The apiserver and etcd are private to this module, so destructive requests that succeed
+(deleting the namespace, say) harm no other test; the fixture objects are put back whenever
+something changed them.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -25,6 +29,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from services.api import definitions
+from services.api.catalog import BUILTIN, Resource
 from tests.conftest import APIServerProcess, start_apiserver, start_etcd_cluster
 
 NS = "fuzz"
@@ -553,3 +559,245 @@ def test_mutated_writes(world: World, req: Req) -> None:
 def test_reads_with_random_queries(world: World, req: Req) -> None:
     problem = problem_with(world, req)
     assert problem is None, problem
+
+
+# -- every kind of the catalog, every patch type: bodies shaped by upstream's schema, with nulls, wrong types,
+# -- huge numbers and deep nesting where the schema has fields ------------------------------------------------
+
+_SCALE_TARGET = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "fuzz"}, "maxReplicas": 3}
+#: what a valid object of each catalog kind outside KINDS needs besides its metadata (most need nothing)
+_VALID_EXTRA: dict[tuple[str, str], dict[str, Any]] = {
+    ("v1", "Event"): {"involvedObject": {"kind": "Pod", "name": "fuzz", "namespace": NS}, "reason": "Fuzzed",
+                      "message": "m", "type": "Normal"},
+    ("v1", "PersistentVolume"): {"spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                                          "hostPath": {"path": "/tmp/fuzz"}}},
+    ("v1", "PersistentVolumeClaim"): {"spec": {"accessModes": ["ReadWriteOnce"],
+                                               "resources": {"requests": {"storage": "1Gi"}}}},
+    ("v1", "PodTemplate"): {"template": _TEMPLATE},
+    ("apps/v1", "ReplicaSet"): {"spec": {"replicas": 1, "selector": {"matchLabels": {"app": "fuzz"}},
+                                         "template": _TEMPLATE}},
+    ("batch/v1", "CronJob"): {"spec": {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": {
+        "spec": {"containers": [_CONTAINER], "restartPolicy": "Never"}}}}}},
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): {"spec": _SCALE_TARGET},
+    ("autoscaling/v1", "HorizontalPodAutoscaler"): {"spec": _SCALE_TARGET},
+    ("discovery.k8s.io/v1", "EndpointSlice"): {"addressType": "IPv4", "endpoints": []},
+    ("events.k8s.io/v1", "Event"): {"eventTime": "2024-01-01T00:00:00.000000Z", "reportingController": "pyk8s.io/fuzz",
+                                    "reportingInstance": "fuzz-1", "action": "Fuzz", "reason": "Fuzzed",
+                                    "regarding": {"kind": "Pod", "name": "fuzz", "namespace": NS}, "type": "Normal"},
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): {"roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                                                  "kind": "Role", "name": "fuzz"}},
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): {"roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                                                         "kind": "ClusterRole", "name": "fuzz"}},
+    ("networking.k8s.io/v1", "Ingress"): {"spec": {"defaultBackend": {"service": {"name": "fuzz",
+                                                                                  "port": {"number": 80}}}}},
+    ("networking.k8s.io/v1", "IngressClass"): {"spec": {"controller": "pyk8s.io/fuzz"}},
+    ("storage.k8s.io/v1", "StorageClass"): {"provisioner": "pyk8s.io/fuzz"},
+    ("scheduling.k8s.io/v1", "PriorityClass"): {"value": 10},
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): {"spec": {
+        "group": "shapes.pyk8s.io", "scope": "Namespaced",
+        "names": {"plural": "shapes", "singular": "shape", "kind": "Shape"},
+        "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+            "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}},
+}
+#: every kind clients can create; those they can also read get a target object that writes patch and update
+CATALOG = [r for r in BUILTIN if "create" in r.verbs]
+_BY_KIND = {(k.api_version, k.kind): k for k in KINDS}
+PATCH_TYPES = {"json": "application/json-patch+json", "merge": "application/merge-patch+json",
+               "strategic": "application/strategic-merge-patch+json", "apply": "application/apply-patch+yaml"}
+_DEFS = definitions.definitions()
+_HUGE = st.sampled_from([2**31, -(2**31) - 1, 2**63 - 1, 2**63, -(2**63) - 1, 2**64, 10**30, 1e308, -1e308, 5e-324])
+
+
+def _collection(res: Resource) -> str:
+    prefix = f"/apis/{res.group}/{res.version}" if res.group else f"/api/{res.version}"
+    return f"{prefix}/namespaces/{NS}/{res.plural}" if res.namespaced else f"{prefix}/{res.plural}"
+
+
+def _target(res: Resource) -> tuple[str, dict[str, Any]]:
+    """The name and a valid object of the kind's target."""
+    kind = _BY_KIND.get((res.api_version, res.kind))
+    if kind is not None:
+        name = FIXTURE_NAME[kind.plural]
+        return name, kind.valid(name)
+    name = "shapes.shapes.pyk8s.io" if res.kind == "CustomResourceDefinition" else f"fuzz-{res.plural}"
+    meta = {"name": name, **({"namespace": NS} if res.namespaced else {})}
+    return name, {"apiVersion": res.api_version, "kind": res.kind, "metadata": meta,
+                  **copy.deepcopy(_VALID_EXTRA.get((res.api_version, res.kind), {}))}
+
+
+def _nested(depth: int) -> Any:
+    """A value `depth` levels deep (orjson, which writes objects to etcd, stops at 255)."""
+    value: Any = "bottom"
+    for i in range(depth):
+        value = {"a": value} if i % 2 else [value]
+    return value
+
+
+hostile_values = st.one_of(st.none(), _HUGE, json_values, st.sampled_from([20, 100, 200]).map(_nested),
+                           st.integers(1000, 5000).map(lambda n: "x" * n))
+
+
+@st.composite
+def shaped(draw: st.DrawFn, schema: dict[str, Any], hostile: bool, depth: int = 0) -> Any:
+    """A value the OpenAPI schema describes, with a null in its place now and then and, when `hostile`, a
+    wrong type, a huge number or deep nesting; nested objects and lists are what put nulls where Go's
+    decoder must read them (a body with only nulls wrong gets past the type check to validation)."""
+    roll = draw(st.integers(0, 11))
+    if roll == 0 or roll == 1 and depth and not hostile:
+        return None
+    if roll == 1 and hostile:
+        return draw(hostile_values)
+    ref = schema.get("$ref")
+    if ref:
+        schema = _DEFS.get(ref.removeprefix("#/$defs/"), {})
+    kinds = schema.get("type") or []
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    fmt = schema.get("format")
+    if depth >= 5:
+        return draw(json_scalars)
+    if schema.get("properties"):
+        props = schema["properties"]
+        keys = draw(st.lists(st.sampled_from(sorted(props)), max_size=4, unique=True))
+        return {k: draw(shaped(props[k], hostile, depth + 1)) for k in [*schema.get("required", ()), *keys]}
+    if "array" in kinds:
+        items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+        return draw(st.lists(shaped(items, hostile, depth + 1), max_size=3))
+    if isinstance(schema.get("additionalProperties"), dict):
+        return draw(st.dictionaries(st.sampled_from(["a", "b/c", "cpu", ""]),
+                                    shaped(schema["additionalProperties"], hostile, depth + 1), max_size=2))
+    if fmt == "int-or-string":
+        return draw(st.one_of(st.integers(-5, 70000), st.sampled_from(["http", "25%", "80", ""]), _HUGE))
+    if "string" in kinds:
+        return draw(st.one_of(st.sampled_from(schema.get("enum") or ["fuzz"]),
+                              st.sampled_from(["", "1Gi", "100m", "2024-01-01T00:00:00Z", "TCP", "None"]),
+                              st.text(max_size=8)))
+    if "integer" in kinds or "number" in kinds:
+        return draw(st.one_of(st.integers(-5, 100), _HUGE))
+    if "boolean" in kinds:
+        return draw(st.booleans())
+    return draw(json_values)
+
+
+def _schema_of(res: Resource) -> dict[str, Any]:
+    return _DEFS.get(definitions.by_kind().get((res.api_version, res.kind), ""), {})
+
+
+@st.composite
+def shaped_writes(draw: st.DrawFn) -> tuple[Resource, Req]:
+    """A create, update or patch (each patch type) of any catalog kind, with a body shaped by its schema."""
+    res = draw(st.sampled_from(CATALOG))
+    name, valid = _target(res)
+    readable = "get" in res.verbs
+    verb = draw(st.sampled_from(["create", "update", *PATCH_TYPES] if readable else ["create"]))
+    hostile = draw(st.booleans())
+    body: Any = draw(shaped(_schema_of(res), hostile))
+    if not isinstance(body, dict) or draw(st.integers(0, 2)) == 0:
+        # from a valid object on: a few of its fields or list elements set to null (or to a hostile value)
+        body = copy.deepcopy(valid)
+        for _ in range(draw(st.integers(1, 4))):
+            where = draw(st.sampled_from(_paths_into(body)[1:]))
+            parent = _at(body, where[:-1])
+            if isinstance(parent[where[-1]], list) and draw(st.booleans()):
+                parent[where[-1]].append(None)
+            else:
+                parent[where[-1]] = draw(hostile_values) if hostile else None
+    else:
+        body = {**body, "apiVersion": res.api_version, "kind": res.kind,
+                "metadata": {**(body.get("metadata") if isinstance(body.get("metadata"), dict) else {}),
+                             "name": name if verb != "create" else draw(st.sampled_from([name, "fuzz-shaped"]))}}
+        if res.namespaced:
+            body["metadata"]["namespace"] = NS
+    params = [("dryRun", "All")] if draw(st.integers(0, 3)) == 0 else []
+    headers = {"Content-Type": "application/json"}
+    path = _collection(res) if verb == "create" else f"{_collection(res)}/{quote(name, safe='')}"
+    method = {"create": "POST", "update": "PUT"}.get(verb, "PATCH")
+    if verb in PATCH_TYPES:
+        headers["Content-Type"] = PATCH_TYPES[verb]
+        if verb == "apply":
+            params.append(("fieldManager", "fuzz"))
+        elif verb == "json":
+            paths = _paths_into(body)[1:] or [("metadata",)]
+            body = [{"op": draw(st.sampled_from(["add", "replace"])), "path": "/" + "/".join(map(str, where)),
+                     "value": draw(st.one_of(hostile_values, st.just(_at(body, where))))}
+                    for where in draw(st.lists(st.sampled_from(paths), min_size=1, max_size=3))]
+        elif draw(st.booleans()):
+            body = {k: v for k, v in body.items() if k not in ("apiVersion", "kind")}
+    return res, Req(method, path, params, headers, json.dumps(body).encode())
+
+
+def _at(obj: Any, where: tuple[Any, ...]) -> Any:
+    for step in where:
+        obj = obj[step]
+    return obj
+
+
+def _ensure_target(world: World, res: Resource) -> None:
+    """Put the kind's target object back when an earlier example deleted or broke it."""
+    if "get" not in res.verbs:
+        return
+    name, valid = _target(res)
+    if world.http.get(f"{_collection(res)}/{quote(name, safe='')}").status_code == 404:
+        world.http.post(_collection(res), json=valid)
+
+
+def test_every_catalog_kind_has_a_valid_target(world: World) -> None:
+    """The shaped writes mutate valid objects of every readable kind, so patches reach the decoder."""
+    for res in CATALOG:
+        if "get" in res.verbs:
+            _ensure_target(world, res)
+            name, _ = _target(res)
+            r = world.http.get(f"{_collection(res)}/{quote(name, safe='')}")
+            assert r.status_code == 200, (res.kind, r.text)
+
+
+@settings(SETTINGS, max_examples=100, deadline=timedelta(seconds=10))
+@given(write=shaped_writes())
+def test_shaped_writes_to_every_kind(world: World, write: tuple[Resource, Req]) -> None:
+    res, req = write
+    _ensure_target(world, res)
+    problem = problem_with(world, req)
+    assert problem is None, problem
+
+
+def _nulls_everywhere(value: Any) -> Any:
+    """`value` with a null appended to every list and a null for every struct the object has."""
+    if isinstance(value, dict):
+        return {k: _nulls_everywhere(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [*(_nulls_everywhere(v) for v in value), None]
+    return value
+
+
+def _null_fields(value: Any) -> Any:
+    """`value` with every field of every object null but the ones that name it."""
+    if isinstance(value, dict):
+        return {k: v if k in ("apiVersion", "kind", "name", "namespace") else None for k, v in value.items()}
+    return value
+
+
+@pytest.mark.parametrize("verb", ["create", "update", *PATCH_TYPES])
+def test_nulls_in_every_kind_and_patch_type(world: World, verb: str) -> None:
+    """Every kind, every write: null elements in each of its lists, and each of its top-level fields null."""
+    for res in CATALOG:
+        if verb != "create" and "get" not in res.verbs:
+            continue
+        _ensure_target(world, res)
+        name, valid = _target(res)
+        item = f"{_collection(res)}/{quote(name, safe='')}"
+        for body in (_nulls_everywhere(valid), {**_null_fields(valid), "metadata": valid["metadata"]}):
+            if verb == "create":
+                body = {**body, "metadata": {**body["metadata"], "name": "fuzz-nulls"}}
+                req = Req("POST", _collection(res), [("dryRun", "All")], {"Content-Type": "application/json"},
+                          json.dumps(body).encode())
+            elif verb == "update":
+                current = world.http.get(item).json()["metadata"]
+                body = {**body, "metadata": {**body["metadata"], "resourceVersion": current["resourceVersion"]}}
+                req = Req("PUT", item, [], {"Content-Type": "application/json"}, json.dumps(body).encode())
+            elif verb == "json":
+                ops = [{"op": "replace", "path": f"/{k}", "value": v} for k, v in body.items() if k != "metadata"]
+                req = Req("PATCH", item, [], {"Content-Type": PATCH_TYPES[verb]}, json.dumps(ops).encode())
+            else:
+                params = [("fieldManager", "fuzz"), ("force", "true")] if verb == "apply" else []
+                req = Req("PATCH", item, params, {"Content-Type": PATCH_TYPES[verb]}, json.dumps(body).encode())
+            problem = problem_with(world, req)
+            assert problem is None, problem

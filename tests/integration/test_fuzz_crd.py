@@ -1,6 +1,7 @@
 """Property tests for custom resources: random structural schemas (nested objects, arrays, maps,
-int-or-string, preserve-unknown, defaults, enums, patterns, CEL rules) become CRDs, and random or
-mutated objects go through create, update, merge and JSON patch, and server-side apply.
+int-or-string, preserve-unknown, defaults, enums, patterns, nullable, CEL rules) become CRDs, and
+random or mutated objects (nulls, wrong types, huge numbers and deep nesting among them) go through
+create, update, merge, strategic (which custom resources refuse) and JSON patch, and server-side apply.
 
 The properties: never a 5xx; every error is a `Status` whose `code` is the HTTP code; a rejected
 request changes nothing stored; an accepted object passes the schema it was accepted under. The
@@ -24,7 +25,7 @@ from hypothesis import strategies as st
 
 from apiserver.registry import crschema
 from tests.conftest import APIServerProcess, start_apiserver, start_etcd_cluster
-from tests.integration.test_fuzz import json_values, mutated
+from tests.integration.test_fuzz import hostile_values, json_values, mutated
 
 GROUP = "fuzz.pyk8s.io"
 NS = "default"
@@ -133,6 +134,8 @@ def object_schema(draw: st.DrawFn, depth: int, correlatable: bool) -> dict[str, 
     rules = draw(rules_for(OBJECT_RULES + [f"!has(self.{k}) || true" for k in props], correlatable))
     if rules:
         node["x-kubernetes-validations"] = rules
+    if depth and draw(st.integers(0, 5)) == 0:
+        node["nullable"] = True
     return node
 
 
@@ -152,6 +155,8 @@ def array_schema(draw: st.DrawFn, depth: int, correlatable: bool) -> dict[str, A
         node["x-kubernetes-list-type"] = list_type
     if draw(st.booleans()):
         node["maxItems"] = draw(st.integers(0, 4))
+    if draw(st.integers(0, 5)) == 0:
+        node["nullable"] = True
     rules = draw(rules_for(ARRAY_RULES, correlatable))
     if rules:
         node["x-kubernetes-validations"] = rules
@@ -171,6 +176,9 @@ def map_schema(draw: st.DrawFn, depth: int, correlatable: bool) -> dict[str, Any
 
 @st.composite
 def value_for(draw: st.DrawFn, node: dict[str, Any]) -> Any:
+    """A value that fits `node`, or now and then a null (which its `nullable` and `default` decide about)."""
+    if draw(st.integers(0, 9)) == 0:
+        return None
     if node.get("enum"):
         return draw(st.sampled_from(node["enum"]))
     if node.get("x-kubernetes-int-or-string"):
@@ -195,7 +203,8 @@ def value_for(draw: st.DrawFn, node: dict[str, Any]) -> Any:
         values = draw(st.lists(value_for(items), max_size=limit))
         if node.get("x-kubernetes-list-type") == "map":
             for i, v in enumerate(values):
-                v["name"] = draw(st.sampled_from([f"n{i}", "n0"]))
+                if isinstance(v, dict):
+                    v["name"] = draw(st.sampled_from([f"n{i}", "n0"]))
         return values
     if t == "object" and "additionalProperties" in node:
         limit = min(3, node.get("maxProperties", 3)) if draw(st.integers(0, 4)) else 3
@@ -222,8 +231,9 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 @st.composite
 def operations(draw: st.DrawFn, spec_schema: dict[str, Any]) -> dict[str, Any]:
     base = draw(value_for(spec_schema))
-    body = draw(st.one_of(st.just(base), mutated(base)))
-    verb = draw(st.sampled_from(["create", "update", "update", "merge", "merge", "json", "apply", "status"]))
+    body = draw(st.one_of(st.just(base), mutated(base), hostile_values))
+    verb = draw(st.sampled_from(["create", "update", "update", "merge", "merge", "json", "apply", "status",
+                                 "strategic"]))
     op: dict[str, Any] = {"verb": verb, "name": draw(st.sampled_from(["o1", "o1", "o2"])), "spec": body,
                           "dry_run": draw(st.integers(0, 6)) == 0,
                           "strict": draw(st.booleans())}
@@ -309,9 +319,10 @@ def _request(http: httpx.Client, collection: str, kind: str, op: dict[str, Any])
     if verb == "status":
         return http.put(f"{item}/status", content=json.dumps({**obj, "status": op["spec"]}), params=params,
                         headers=JSON)
-    if verb == "merge":
+    if verb in ("merge", "strategic"):
         return http.patch(item, content=json.dumps({"spec": op["spec"]}), params=params,
-                          headers={"Content-Type": "application/merge-patch+json"})
+                          headers={"Content-Type": "application/merge-patch+json" if verb == "merge"
+                                   else "application/strategic-merge-patch+json"})
     if verb == "json":
         return http.patch(item, content=json.dumps(op["patch"]), params=params,
                           headers={"Content-Type": "application/json-patch+json"})

@@ -243,3 +243,24 @@ def test_runaway_work_is_cut_off_by_the_budget(monkeypatch: pytest.MonkeyPatch) 
     causes = crschema.validate(schema, _obj(items=["x"] * 60))
     assert _messages(causes) == ['<nil>: Invalid value: "object": validation failed due to running out of cost '
                                  "budget, no further validation rules will be run"]
+
+
+def test_nulls_follow_nullable_and_default_as_in_apiextensions() -> None:
+    """A null where the schema is not nullable is dropped, or defaulted when there is a default, in
+    properties, map values and list items alike (a null list item without a default stays, for validation);
+    a nullable null is kept."""
+    schema = {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "plain": {"type": "string"},
+        "kept": {"type": "string", "nullable": True},
+        "size": {"type": "integer", "default": 3},
+        "tags": {"type": "object", "additionalProperties": {"type": "string"}},
+        "sized": {"type": "object", "additionalProperties": {"type": "integer", "default": 1}},
+        "names": {"type": "array", "items": {"type": "string", "default": "x"}},
+        "bare": {"type": "array", "items": {"type": "string"}},
+    }}}}
+    obj = {"spec": {"plain": None, "kept": None, "size": None, "tags": {"t": None, "u": "v"}, "sized": {"s": None},
+                    "names": [None, "y"], "bare": [None]}}
+    crschema.apply_defaults(schema, obj)
+    assert obj == {"spec": {"kept": None, "size": 3, "tags": {"u": "v"}, "sized": {"s": 1}, "names": ["x", "y"],
+                            "bare": [None]}}
+    assert [c["field"] for c in crschema.validate(schema, obj)] == ["spec.bare[0]"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from apiserver.endpoints.typecheck import decode_error, type_error
+from apiserver.endpoints.typecheck import decode, type_error
 
 _CONTAINER = {"name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"]}
 _TEMPLATE = {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [_CONTAINER]}}
@@ -73,7 +73,7 @@ NULLS = [
 
 @pytest.mark.parametrize(("api_version", "kind", "obj"), NULLS)
 def test_null_decodes_to_the_zero_value(api_version: str, kind: str, obj: dict[str, Any]) -> None:
-    assert decode_error(api_version, kind, obj) is None
+    assert decode(api_version, kind, obj) is None
 
 
 WRONG = [
@@ -173,7 +173,7 @@ WRONG = [
 
 @pytest.mark.parametrize(("api_version", "kind", "obj", "message"), WRONG)
 def test_wrong_types_get_upstreams_message(api_version: str, kind: str, obj: Any, message: str) -> None:
-    assert decode_error(api_version, kind, obj) == message
+    assert decode(api_version, kind, obj) == message
 
 
 def test_status_is_upstreams_bad_request() -> None:
@@ -193,23 +193,23 @@ def test_status_is_upstreams_bad_request() -> None:
 
 def test_first_mismatch_in_document_order() -> None:
     obj = {"metadata": {"labels": {"a": 1}}, "spec": {"replicas": "3"}}
-    assert decode_error("apps/v1", "Deployment", obj) == struct_field(
+    assert decode("apps/v1", "Deployment", obj) == struct_field(
         "number", "ObjectMeta.metadata.labels", "string")
     obj = {"spec": {"replicas": "3"}, "metadata": {"labels": {"a": 1}}}
-    assert decode_error("apps/v1", "Deployment", obj) == struct_field(
+    assert decode("apps/v1", "Deployment", obj) == struct_field(
         "string", "DeploymentSpec.spec.replicas", "int32")
 
 
 def test_own_decoders_stop_the_decode_and_win_over_an_earlier_mismatch() -> None:
     obj = {"spec": {"replicas": "3", "template": {"metadata": {"creationTimestamp": "soon"}}}}
-    assert decode_error("apps/v1", "Deployment", obj) == (
+    assert decode("apps/v1", "Deployment", obj) == (
         'parsing time "soon" as "2006-01-02T15:04:05Z07:00": cannot parse "soon" as "2006"')
 
 
 def test_unknown_fields_and_custom_resources_are_not_checked() -> None:
-    assert decode_error("v1", "Pod", {"bogus": 1, "spec": {"Containers": 1, "nope": {"x": []}}}) is None
+    assert decode("v1", "Pod", {"bogus": 1, "spec": {"Containers": 1, "nope": {"x": []}}}) is None
     assert type_error("example.com/v1", "Widget", {"spec": {"replicas": "3"}}) is None
-    assert decode_error("v1", "Pod", {"metadata": {"managedFields": [{"fieldsV1": "anything"}]}}) is None
+    assert decode("v1", "Pod", {"metadata": {"managedFields": [{"fieldsV1": "anything"}]}}) is None
 
 
 def test_ten_container_pod_is_checked_well_under_a_millisecond() -> None:
@@ -225,3 +225,39 @@ def test_ten_container_pod_is_checked_well_under_a_millisecond() -> None:
     for _ in range(rounds):
         type_error("v1", "Pod", many)
     assert (time.perf_counter() - started) / rounds < 0.001
+
+
+def test_nulls_are_read_as_go_reads_them() -> None:
+    """Optional fields that are null are dropped; required scalars, and null list and map elements, get their
+    type's zero value, a struct's being its required scalars zeroed; opaque values keep their nulls."""
+    obj = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "creationTimestamp": None, "annotations": None, "labels": {"a": None},
+                        "finalizers": [None], "ownerReferences": [None]},
+           "spec": {"containers": [None, {"name": "c", "image": None, "args": ["x", None], "ports": [None],
+                                          "resources": {"limits": {"cpu": None}}}],
+                    "tolerations": [None], "nodeSelector": None},
+           "unknown": None}
+    assert decode("v1", "Pod", obj) is None
+    assert obj == {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "p", "labels": {"a": ""}, "finalizers": [""],
+                                "ownerReferences": [{"apiVersion": "", "kind": "", "name": "", "uid": ""}]},
+                   "spec": {"containers": [{"name": ""}, {"name": "c", "args": ["x", ""],
+                                                          "ports": [{"containerPort": 0}],
+                                                          "resources": {"limits": {"cpu": "0"}}}],
+                            "tolerations": [{}]},
+                   "unknown": None}  # unknown fields stay for field validation to name
+    service = {"spec": {"ports": [{"port": None, "targetPort": None, "name": None}]}}
+    assert decode("v1", "Service", service) is None
+    assert service == {"spec": {"ports": [{"port": 0}]}}
+    revision = {"data": None, "revision": None}
+    assert decode("apps/v1", "ControllerRevision", revision) is None
+    assert revision == {"revision": 0}
+    raw = {"data": {"x": [None]}}
+    assert decode("apps/v1", "ControllerRevision", raw) is None
+    assert raw == {"data": {"x": [None]}}  # inside a RawExtension nothing is typed
+
+
+def test_a_type_error_is_still_found_among_nulls() -> None:
+    obj = container(ports=[None, {"containerPort": "80"}])
+    assert decode("v1", "Pod", obj) == struct_field("string", "ContainerPort.spec.containers.ports.containerPort",
+                                                    "int32")

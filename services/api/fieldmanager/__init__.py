@@ -424,7 +424,9 @@ def _apply(t: Type, api_version: str, live: dict[str, Any], config: dict[str, An
         managers[me] = _Entry(mine, api_version, time)
     _cap_updaters(managers)
     merged = merged if isinstance(merged, dict) else {}
-    metadata = merged.setdefault("metadata", {})
+    metadata = merged.get("metadata")
+    if not isinstance(metadata, dict):  # a configuration's `metadata: null` leaves none
+        metadata = merged["metadata"] = {}
     entries = _encode(managers)
     if entries:
         metadata["managedFields"] = entries
