@@ -27,6 +27,7 @@ from apiserver.endpoints.negotiation import (
     decode_body,
     media_type,
     negotiate,
+    read_body,
     to_yaml,
 )
 from apiserver.endpoints.watch import WatchStream, error_event
@@ -37,6 +38,7 @@ from services.api import errors
 from services.api.catalog import Resource
 from services.api.meta import now_rfc3339
 from services.api.selectors import FieldSelector, LabelSelector
+from services.api.validation import go_value, is_path_segment_name
 
 REQUESTS = Counter(
     "apiserver_request_total", "API requests by verb, group, resource and code.",
@@ -97,11 +99,22 @@ def parse_path(catalog: Any, legacy: bool, parts: list[str]) -> Target | None:
         raise errors.StatusError(404, "NotFound", "the server could not find the requested resource", {})
     if name == "":
         name = None
+    _check_segment("Namespace", namespace)
+    _check_segment("Name", name)
     if res.namespaced and namespace is None and name is not None and plural != "namespaces":
         raise errors.StatusError(404, "NotFound", "the server could not find the requested resource", {})
     if not res.namespaced and namespace is not None:
         raise errors.StatusError(404, "NotFound", "the server could not find the requested resource", {})
     return Target(res, namespace, name, sub, legacy_watch)
+
+
+def _check_segment(what: str, value: str | None) -> None:
+    """A name or namespace from the path must be one path segment, as upstream's storage keys require."""
+    if value is None:
+        return
+    problems = is_path_segment_name(value)
+    if problems:
+        raise errors.bad_request(f"{what} parameter invalid: {go_value(value)}: {';'.join(problems)}")
 
 
 def _columns(res: Resource) -> list[dict[str, Any]] | None:
@@ -290,15 +303,7 @@ class ResourceHandler:
 
     # -- bodies -------------------------------------------------------------------
     async def _raw(self, request: Request) -> bytes:
-        length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > 3 * 1024 * 1024:
-            raise errors.too_large()
-        raw = b""
-        async for chunk in request.stream():
-            raw += chunk
-            if len(raw) > 3 * 1024 * 1024:
-                raise errors.too_large()
-        return raw
+        return await read_body(request)
 
     async def _body(self, request: Request, res: Resource) -> tuple[Any, list[str]]:
         raw = await self._raw(request)

@@ -13,6 +13,7 @@ import base64
 import copy
 import dataclasses
 import ipaddress
+import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -105,14 +106,34 @@ def encode_continue(revision: int, start_key: str) -> str:
 
 
 def decode_continue(token: str) -> tuple[int, str]:
+    """(revision, start key below the prefix) of a continue token, checked as upstream's DecodeContinue: a
+    revision of 0 or a start key that climbs out of the prefix is refused; a negative revision (upstream's
+    inconsistent continuation) asks for the newest revision, returned as 0 here."""
     try:
         padded = token + "=" * (-len(token) % 4)
         data = orjson.loads(base64.urlsafe_b64decode(padded))
-        if not isinstance(data, dict) or data.get("v") != "meta.k8s.io/v1":
-            raise ValueError("bad version")
-        return int(data["rv"]), str(data["start"])
-    except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
-        raise errors.bad_request(f"invalid continue token: continue key is not valid: {exc}") from exc
+    except (ValueError, orjson.JSONDecodeError) as exc:
+        raise _bad_continue(f"continue key is not valid: {exc}") from exc
+    if not isinstance(data, dict):
+        raise _bad_continue("continue key is not valid: not an object")
+    version, rv, start = data.get("v", ""), data.get("rv", 0), data.get("start", "")
+    if not isinstance(rv, int) or isinstance(rv, bool) or not isinstance(start, str) or not isinstance(version, str):
+        raise _bad_continue("continue key is not valid: a field has the wrong type")
+    if version != "meta.k8s.io/v1":
+        raise _bad_continue(f"continue key is not valid: server does not recognize this encoded version {version}")
+    if rv == 0:
+        raise _bad_continue("continue key is not valid: incorrect encoded start resourceVersion "
+                            "(version meta.k8s.io/v1)")
+    if not start:
+        raise _bad_continue("continue key is not valid: encoded start key empty (version meta.k8s.io/v1)")
+    key = start if start.startswith("/") else "/" + start
+    if posixpath.normpath(key) != key or key.startswith("//"):
+        raise _bad_continue(f"continue key is not valid: {start}")
+    return max(rv, 0), key[1:]
+
+
+def _bad_continue(why: str) -> errors.StatusError:
+    return errors.bad_request(f"invalid continue token: {why}")
 
 
 class RESTStore:
