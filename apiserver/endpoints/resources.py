@@ -19,7 +19,7 @@ from prometheus_client import Counter, Histogram
 
 from apiserver.auth import reviews
 from apiserver.auth.tokens import TokenIssuer
-from apiserver.endpoints import fieldvalidation, tables, typecheck
+from apiserver.endpoints import fieldvalidation, options, tables, typecheck
 from apiserver.endpoints.negotiation import (
     PATCH_TYPES,
     PROTOBUF,
@@ -171,21 +171,21 @@ def _patched_types(res: Resource) -> Callable[[dict[str, Any]], None] | None:
     return check
 
 
-def _write_options(request: Request) -> WriteOptions:
-    """Options of a write; the field manager defaults to the user agent's product, as upstream's does."""
+def _write_options(request: Request, verb: str) -> WriteOptions:
+    """Options of a write, validated as upstream validates the verb's options kind (a read has none);
+    the field manager defaults to the user agent's product, as upstream's does."""
     params = request.query_params
     manager = params.get("fieldManager") or ""
+    dry_run = params.getlist("dryRun")
+    kind = options.OPTIONS_KINDS.get(verb)
+    if kind is not None and kind != "DeleteOptions":
+        causes = options.field_manager_causes(manager) + options.dry_run_causes(dry_run)
+        if kind == "PatchOptions":
+            fieldvalidation.directive(params.get("fieldValidation"), kind)
+        options.refuse(kind, causes)
     if not manager:
         manager = (request.headers.get("user-agent") or "").split("/", 1)[0] or "unknown"
-    return WriteOptions(dry_run=_dry_run(params), field_manager=manager, force=_bool(params.get("force")))
-
-
-def _dry_run(params: Any) -> bool:
-    values = params.getlist("dryRun")
-    for v in values:
-        if v != "All":
-            raise errors.bad_request(f'dryRun: Unsupported value: "{v}": supported values: "All"')
-    return bool(values)
+    return WriteOptions(dry_run=bool(dry_run), field_manager=manager, force=_bool(params.get("force")))
 
 
 class ResourceHandler:
@@ -263,8 +263,8 @@ class ResourceHandler:
                 return await self._watch(request, target, store, opts, rep)
             items, list_meta = await store.list(ns, opts)
             return self._list(store, items, list_meta, rep)
-        dry_run = _dry_run(params)
-        wopts = _write_options(request)
+        wopts = _write_options(request, verb)
+        dry_run = wopts.dry_run
         if verb == "create" and res.kind == "Binding" and not res.group:
             binding = decode_body(await self._raw(request), request.headers.get("content-type"))
             pod_name = (binding.get("metadata") or {}).get("name", "") if isinstance(binding, dict) else ""
@@ -376,8 +376,12 @@ class ResourceHandler:
             raise errors.bad_request("preconditions must be an object")
         opts.precondition_uid = pre.get("uid")
         opts.precondition_rv = pre.get("resourceVersion")
-        if body.get("dryRun") and not dry_run:
-            opts.dry_run = body["dryRun"] == ["All"]
+        body_dry_run = body.get("dryRun")
+        options.refuse("DeleteOptions", options.delete_causes(
+            opts.propagation, opts.orphan_dependents is not None,
+            [*params.getlist("dryRun"), *(body_dry_run if isinstance(body_dry_run, list) else [])]))
+        if body_dry_run and not dry_run:
+            opts.dry_run = body_dry_run == ["All"]
         return opts
 
     # -- responses ----------------------------------------------------------------
@@ -501,7 +505,7 @@ class ResourceHandler:
         self, request: Request, target: Target, store: RESTStore, verb: str, rep: Representation
     ) -> Response:
         res, ns, name, sub = target.res, target.namespace, target.name or "", target.subresource
-        wopts = _write_options(request)
+        wopts = _write_options(request, verb)
         if sub in ("status", "finalize"):
             if verb == "get" and sub == "status":
                 return self._object(await store.get(ns, name), rep, res)
