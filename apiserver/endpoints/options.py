@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from apiserver.endpoints.fieldvalidation import go_quote
+from apiserver.registry.store import ListOptions
 from services.api import errors
 from services.api import validation as v
 from services.api.validation import Cause
@@ -56,4 +57,43 @@ def delete_causes(propagation: Any, orphan_set: bool, dry_run: Sequence[Any]) ->
     if propagation is not None and propagation not in PROPAGATION_POLICIES:
         causes.append(v.not_supported("propagationPolicy", propagation, (*PROPAGATION_POLICIES, "nil")))
     causes.extend(dry_run_causes(dry_run))
+    return causes
+
+
+def list_causes(watch: bool, opts: ListOptions, send_initial: bool | None, allow_bookmarks: bool) -> list[Cause]:
+    """ValidateListOptions (and its watch half): how resourceVersionMatch, continue and sendInitialEvents
+    may combine."""
+    causes: list[Cause] = []
+    match, rv = opts.resource_version_match, opts.resource_version
+    if watch:
+        if send_initial is not None and match != "NotOlderThan":
+            causes.append(v.forbidden("resourceVersionMatch",
+                                      "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"))
+        if send_initial and not allow_bookmarks:
+            causes.append(v.required("allowWatchBookmarks", "sendInitialEvents requires setting allowWatchBookmarks "
+                                                            "to true"))
+        if match:
+            if send_initial is None:
+                causes.append(v.forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden for watch "
+                                                                  "unless sendInitialEvents is provided"))
+            if match != "NotOlderThan":
+                causes.append(v.not_supported("resourceVersionMatch", match, ("NotOlderThan",)))
+            if opts.continue_token:
+                causes.append(v.forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden when continue "
+                                                                  "is provided"))
+        return causes
+    if match:
+        if not rv:
+            causes.append(v.forbidden("resourceVersionMatch",
+                                      "resourceVersionMatch is forbidden unless resourceVersion is provided"))
+        if opts.continue_token:
+            causes.append(v.forbidden("resourceVersionMatch",
+                                      "resourceVersionMatch is forbidden when continue is provided"))
+        if match not in ("Exact", "NotOlderThan"):
+            causes.append(v.not_supported("resourceVersionMatch", match, ("Exact", "NotOlderThan", "")))
+        if match == "Exact" and rv == "0":
+            causes.append(v.forbidden("resourceVersionMatch",
+                                      'resourceVersionMatch "exact" is forbidden for resourceVersion "0"'))
+    if send_initial is not None:
+        causes.append(v.forbidden("sendInitialEvents", "sendInitialEvents is forbidden for list"))
     return causes

@@ -259,6 +259,10 @@ class ResourceHandler:
                 _int(params, "limit") or 0,
                 params.get("continue", ""),
             )
+            send_initial = params.get("sendInitialEvents")
+            options.refuse("ListOptions", options.list_causes(
+                verb == "watch", opts, None if send_initial is None else _bool(send_initial),
+                _bool(params.get("allowWatchBookmarks"))))
             if verb == "watch":
                 return await self._watch(request, target, store, opts, rep)
             items, list_meta = await store.list(ns, opts)
@@ -457,17 +461,6 @@ class ResourceHandler:
         send_initial = params.get("sendInitialEvents")
         send_initial_events = None if send_initial is None else _bool(send_initial)
         allow_bookmarks = _bool(params.get("allowWatchBookmarks"))
-        if send_initial_events:
-            if opts.resource_version_match != "NotOlderThan":
-                raise errors.invalid("ListOptions", "meta.k8s.io", "", [errors.cause(
-                    "resourceVersionMatch",
-                    "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-                    "FieldValueForbidden")])
-            if not allow_bookmarks:
-                raise errors.invalid("ListOptions", "meta.k8s.io", "", [errors.cause(
-                    "allowWatchBookmarks",
-                    "Required value: sendInitialEvents requires setting allowWatchBookmarks to true",
-                    "FieldValueRequired")])
         render = None
         if rep.form == "Table":
             res = target.res

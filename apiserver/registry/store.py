@@ -242,21 +242,8 @@ class RESTStore:
         """Matching objects (cache entries or decoded objects) and the list metadata."""
         pred = self.predicate(opts)
         rv_match = opts.resource_version_match
-        invalid: list[dict[str, str]] = []
-        if rv_match and rv_match not in ("NotOlderThan", "Exact"):
-            invalid.append(errors.cause("resourceVersionMatch", f'Unsupported value: "{rv_match}": supported values: '
-                                        '"Exact", "NotOlderThan"', "FieldValueNotSupported"))
-        elif rv_match and not opts.resource_version:
-            invalid.append(errors.cause("resourceVersionMatch", "Forbidden: resourceVersionMatch is forbidden "
-                                        "unless resourceVersion is provided", "FieldValueForbidden"))
-        elif rv_match == "Exact" and opts.resource_version == "0":
-            invalid.append(errors.cause("resourceVersionMatch", 'Forbidden: resourceVersionMatch "exact" is '
-                                        'forbidden for resourceVersion "0"', "FieldValueForbidden"))
         if opts.continue_token and opts.resource_version not in ("", "0"):
-            invalid.append(errors.cause("resourceVersion", "Forbidden: specifying resource version is not "
-                                        "allowed when using continue", "FieldValueForbidden"))
-        if invalid:
-            raise errors.invalid("ListOptions", "meta.k8s.io", "", invalid)
+            raise errors.bad_request("specifying resource version is not allowed when using continue")
         if opts.continue_token or (opts.limit > 0 and opts.resource_version != "0") or rv_match == "Exact":
             return await self._list_etcd(namespace, opts, pred)
         rv = self._parse_rv(opts.resource_version) if opts.resource_version else None

@@ -108,3 +108,25 @@ def test_kubectl_shows_the_option_error(kubectl: Kubectl, ns: str) -> None:
     assert out.returncode != 0
     assert "fieldManager: Too long: may not be more than 128 bytes" in out.stderr
     assert kubectl.run("get", "configmap", "from-kubectl", "-n", ns, check=False).returncode != 0
+
+
+def test_list_and_watch_options(client: httpx.Client, ns: str) -> None:
+    base = f"/api/v1/namespaces/{ns}/configmaps"
+    r = client.get(base, params={"resourceVersion": "1", "resourceVersionMatch": "Bogus"})
+    _invalid(r, "ListOptions", "resourceVersionMatch", "FieldValueNotSupported",
+             'Unsupported value: "Bogus": supported values: "Exact", "NotOlderThan", ""')
+    r = client.get(base, params={"sendInitialEvents": "true"})
+    _invalid(r, "ListOptions", "sendInitialEvents", "FieldValueForbidden",
+             "Forbidden: sendInitialEvents is forbidden for list")
+    r = client.get(base, params={"watch": "true", "resourceVersion": "1", "resourceVersionMatch": "NotOlderThan"})
+    _invalid(r, "ListOptions", "resourceVersionMatch", "FieldValueForbidden",
+             "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided")
+    client.post(base, json={"metadata": {"name": "second"}})
+    token = client.get(base, params={"limit": "1"}).json()["metadata"]["continue"]
+    r = client.get(base, params={"limit": "1", "continue": token, "resourceVersion": "1",
+                                 "resourceVersionMatch": "NotOlderThan"})
+    _invalid(r, "ListOptions", "resourceVersionMatch", "FieldValueForbidden",
+             "Forbidden: resourceVersionMatch is forbidden when continue is provided")
+    r = client.get(base, params={"limit": "1", "continue": token, "resourceVersion": "5"})
+    assert r.status_code == 400, r.text
+    assert r.json()["message"] == "specifying resource version is not allowed when using continue"
