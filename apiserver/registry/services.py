@@ -179,10 +179,12 @@ class ServiceStrategy(MetaStrategy):
         return causes
 
     def validate_spec_update(self, new: Obj, old: Obj) -> list[Cause]:
+        """Upstream's ValidateServiceUpdate: the primary cluster IP and IP family never change (short of going
+        to or from ExternalName), and only a SingleStack service may drop its secondary."""
         causes = self.validate_spec(new)
-        if needs_cluster_ip(new) and needs_cluster_ip(old) and get(old, "spec", "clusterIP"):
-            causes.extend(v.validate_immutable(get(new, "spec", "clusterIP", default=""),
-                                               get(old, "spec", "clusterIP"), "spec.clusterIP"))
+        if needs_cluster_ip(new) and needs_cluster_ip(old):
+            causes.extend(_cluster_ips_update(new, old))
+            causes.extend(_ip_families_update(new, old))
         return causes
 
     def field_set(self, obj: Obj) -> dict[str, str]:
@@ -423,13 +425,59 @@ def _validate_cluster_ips(obj: Obj, spec: Obj) -> list[Cause]:
     return causes
 
 
+def _cluster_ips_update(new: Obj, old: Obj) -> list[Cause]:
+    if is_headless(new) and is_headless(old):
+        return []
+    ips, old_ips = _list(get(new, "spec", "clusterIPs")), _list(get(old, "spec", "clusterIPs"))
+    path = "spec.clusterIPs"
+    if len(ips) == len(old_ips):
+        return [v.invalid(f"{path}[{i}]", ips, "may not change once set")
+                for i, ip in enumerate(old_ips) if ip != ips[i]]
+    causes: list[Cause] = []
+    if old_ips and ips and ips[0] != old_ips[0]:
+        causes.append(v.invalid(f"{path}[0]", ips, "may not change once set"))
+    if len(ips) < len(old_ips):
+        if not ips:
+            causes.append(v.invalid(f"{path}[0]", ips, "primary clusterIP can not be unset"))
+        elif len(ips) == 1 and get(new, "spec", "ipFamilyPolicy") != "SingleStack":
+            causes.append(v.invalid(f"{path}[0]", ips, "`ipFamilyPolicy` must be set to 'SingleStack' when "
+                                                      "releasing the secondary clusterIP"))
+    return causes
+
+
+def _ip_families_update(new: Obj, old: Obj) -> list[Cause]:
+    if is_headless(new) or is_headless(old):
+        return []
+    families, old_families = _list(get(new, "spec", "ipFamilies")), _list(get(old, "spec", "ipFamilies"))
+    if len(families) == len(old_families):
+        if families != old_families:
+            return [v.invalid("spec.ipFamilies[0]", families, "may not change once set")]
+        return []
+    if families and old_families and families[0] != old_families[0]:
+        return [v.invalid("spec.ipFamilies[0]", families, "may not change once set")]
+    return []
+
+
 def _configured_families(spec: Obj, family: str) -> list[Cause]:
     """A single-stack cluster serves only its own family, as upstream's allocator checks."""
     causes = [v.invalid(f"spec.ipFamilies[{i}]", spec["ipFamilies"], f"ipfamily {f} is not configured on cluster")
               for i, f in enumerate(_list(spec.get("ipFamilies"))) if f != family]
-    if spec.get("ipFamilyPolicy") == "RequireDualStack":
-        causes.append(v.invalid("spec.ipFamilyPolicy", "RequireDualStack",
-                                "Cluster is not configured for dual stack services"))
+    policy = spec.get("ipFamilyPolicy")
+    if policy == "RequireDualStack":
+        causes.append(v.invalid("spec.ipFamilyPolicy", policy,
+                                "this cluster is not configured for dual-stack services"))
+    ips = [ip for ip in _list(spec.get("clusterIPs")) if ip != "None"]
+    if len(ips) > 1 and policy == "SingleStack":
+        causes.append(v.invalid("spec.ipFamilyPolicy", policy,
+                                "must be 'RequireDualStack' or 'PreferDualStack' when multiple IPs are specified"))
+    if len(_list(spec.get("ipFamilies"))) > 1 and policy == "SingleStack":
+        causes.append(v.invalid("spec.ipFamilyPolicy", policy, "must be 'RequireDualStack' or 'PreferDualStack' "
+                                                               "when multiple 'ipFamilies' are specified"))
+    for i, text in enumerate(ips):
+        ip = _ip(text)
+        if ip is not None and f"IPv{ip.version}" != family:
+            causes.append(v.invalid(f"spec.clusterIPs[{i}]", spec["clusterIPs"],
+                                    f"IPv{ip.version} is not configured on this cluster"))
     return causes
 
 

@@ -48,7 +48,11 @@ def _create(client: httpx.Client, ns: str, spec: dict[str, Any]) -> httpx.Respon
     ({"ports": PORTS, "ipFamilyPolicy": "Sometimes"}, "spec.ipFamilyPolicy",
      'Unsupported value: "Sometimes": supported values: "PreferDualStack", "RequireDualStack", "SingleStack"'),
     ({"ports": PORTS, "ipFamilyPolicy": "RequireDualStack"}, "spec.ipFamilyPolicy",
-     "Cluster is not configured for dual stack services"),
+     "this cluster is not configured for dual-stack services"),
+    ({"ports": PORTS, "clusterIP": "10.96.0.32", "clusterIPs": ["10.96.0.32", "fd00::32"],
+      "ipFamilyPolicy": "PreferDualStack"}, "spec.clusterIPs[1]", "IPv6 is not configured on this cluster"),
+    ({"ports": PORTS, "clusterIP": "10.96.0.33", "clusterIPs": ["10.96.0.33", "fd00::33"]}, "spec.ipFamilyPolicy",
+     "must be 'RequireDualStack' or 'PreferDualStack' when multiple IPs are specified"),
     ({"ports": PORTS, "clusterIP": "10.96.0.300"}, "spec.clusterIPs[0]", "must be a valid IP address"),
     ({"ports": PORTS, "clusterIP": "10.96.0.30", "clusterIPs": ["10.96.0.30", "10.96.0.31"]}, "spec.clusterIPs",
      "may specify no more than one IP for each IP family"),
@@ -126,3 +130,26 @@ def test_cluster_ip_service_with_external_ips_gets_a_traffic_policy(client: http
     r = _create(client, ns, {"ports": PORTS, "externalIPs": ["192.0.2.11"]})
     assert r.status_code == 201, r.text
     assert r.json()["spec"]["externalTrafficPolicy"] == "Cluster"
+
+
+def test_cluster_ip_and_family_never_change(client: httpx.Client, ns: str) -> None:
+    r = _create(client, ns, {"ports": PORTS})
+    assert r.status_code == 201, r.text
+    svc = r.json()
+    path = f"/api/v1/namespaces/{ns}/services/{svc['metadata']['name']}"
+    ip = svc["spec"]["clusterIP"]
+    other = "10.96.0.77" if ip != "10.96.0.77" else "10.96.0.78"
+    moved = {**svc, "spec": {**svc["spec"], "clusterIP": other, "clusterIPs": [other]}}
+    r = client.put(path, json=moved)
+    assert r.status_code == 422, r.text
+    assert {"field": "spec.clusterIPs[0]", "reason": "FieldValueInvalid",
+            "message": f'Invalid value: ["{other}"]: may not change once set'} in r.json()["details"]["causes"]
+    r = client.put(path, json={**svc, "spec": {**svc["spec"], "ipFamilies": ["IPv6"]}})
+    assert r.status_code == 422, r.text
+    assert any(c["field"] == "spec.ipFamilies[0]" and "may not change once set" in c["message"]
+               for c in r.json()["details"]["causes"])
+    assert client.get(path).json()["spec"]["clusterIPs"] == [ip]
+    # Leaving the allocated values out keeps them, as kubectl apply of the original manifest does.
+    r = client.put(path, json={"metadata": svc["metadata"], "spec": {"ports": PORTS, "selector": {"a": "b"}}})
+    assert r.status_code == 200, r.text
+    assert r.json()["spec"]["clusterIPs"] == [ip]
