@@ -10,13 +10,9 @@ import yaml
 from starlette.requests import Request
 
 from apiserver.endpoints import protobuf
-from services.api import errors
+from services.api import errors, nesting
 
 MAX_BODY_BYTES = 3 * 1024 * 1024
-#: The deepest nesting of objects and lists a body may have. Upstream's decoders stop at 10000; ours must
-#: stay well below orjson's 254 levels, since the stored object is encoded again inside managedFields,
-#: Tables and watch events, each a few levels deeper.
-MAX_DEPTH = 200
 #: go-yaml's alias-expansion bounds (its allowedAliasRatio): up to 99% of the decoded nodes may come from
 #: aliases in a document of up to 400k nodes, down to 10% from 4M nodes on.
 _ALIAS_RATIO_LOW = 400_000
@@ -99,16 +95,8 @@ def _check_aliases(root: yaml.Node) -> None:
 
 
 def _check_depth(value: Any) -> None:
-    """400 when objects and lists nest deeper than MAX_DEPTH."""
-    if not isinstance(value, dict | list):
-        return
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
-        if depth > MAX_DEPTH:
-            raise errors.bad_request(f"the request body nests deeper than {MAX_DEPTH} levels: exceeded max depth")
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    if nesting.too_deep(value):
+        raise errors.bad_request(nesting.TOO_DEEP)
 
 
 def _decode_yaml(raw: bytes) -> Any:
@@ -127,7 +115,7 @@ def _decode_yaml(raw: bytes) -> Any:
 
 def decode_body(raw: bytes, content_type: str | None) -> Any:
     """Decode a JSON, YAML or protobuf request body; 400 with the parser's complaint when it is malformed,
-    when YAML aliases expand too far or when it nests deeper than MAX_DEPTH."""
+    when YAML aliases expand too far or when it nests too deep."""
     if len(raw) > MAX_BODY_BYTES:
         raise errors.too_large()
     mt = media_type(content_type)
@@ -155,10 +143,9 @@ def decode_body(raw: bytes, content_type: str | None) -> Any:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         if str(exc).startswith("depth limit exceeded"):
-            raise errors.bad_request(
-                f"the request body nests deeper than {MAX_DEPTH} levels: exceeded max depth") from exc
+            raise errors.bad_request(nesting.TOO_DEEP) from exc
         raise errors.bad_request(f"error decoding request body as JSON: {exc}") from exc
-    if raw.count(b"{") + raw.count(b"[") > MAX_DEPTH:
+    if raw.count(b"{") + raw.count(b"[") > nesting.MAX_DEPTH:
         _check_depth(body)
     return body
 

@@ -26,7 +26,7 @@ from apiserver.registry import conversion
 from apiserver.registry.strategy import Obj, Strategy
 from apiserver.storage.cache import Entry, ResourceCache, WatchCache, decode
 from apiserver.storage.etcd import KV, Compacted, EtcdStore, KeyExists, RevisionMismatch
-from services.api import errors
+from services.api import errors, nesting
 from services.api.catalog import Resource
 from services.api.fieldmanager import InvalidApply, update_managed_fields
 from services.api.fieldmanager import apply as fm_apply
@@ -863,4 +863,7 @@ def apply_patch(patch_type: str, current: Obj, patch: Any) -> Obj:
         raise errors.StatusError(422, "Invalid", exc.message) from exc
     if not isinstance(result, dict):
         raise errors.bad_request("the patched object is not a JSON object")
+    if patch_type == "json" and nesting.too_deep(result):
+        # A JSON patch can put a deep value at a deep path; merge patches nest no deeper than their input.
+        raise errors.bad_request(nesting.TOO_DEEP)
     return result

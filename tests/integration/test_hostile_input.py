@@ -192,3 +192,37 @@ async def test_forged_continue_tokens(client: httpx.AsyncClient, ns: str) -> Non
         r = await client.get(path, params={"limit": "1", "continue": token})
         assert r.status_code == 400, r.text
         assert r.json()["message"].startswith("invalid continue token: ") and why in r.json()["message"]
+
+
+DEEP_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "deeps.hostile.pyk8s.io"},
+    "spec": {"group": "hostile.pyk8s.io", "scope": "Namespaced",
+             "names": {"plural": "deeps", "singular": "deep", "kind": "Deep"},
+             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+}
+
+
+async def test_patch_that_nests_too_deep_is_a_clean_400(client: httpx.AsyncClient, ns: str) -> None:
+    r = await client.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=DEEP_CRD)
+    assert r.status_code in (201, 409), r.text
+    path = f"/apis/hostile.pyk8s.io/v1/namespaces/{ns}/deeps"
+
+    async def served() -> bool:
+        return (await client.get(path)).status_code == 200
+
+    deadline = time.monotonic() + 30
+    while not await served():
+        assert time.monotonic() < deadline, "the custom resource was never served"
+        await asyncio.sleep(0.2)
+    r = await client.post(path, json={"apiVersion": "hostile.pyk8s.io/v1", "kind": "Deep",
+                                      "metadata": {"name": "d"}, "spec": nested(150)})
+    assert r.status_code == 201, r.text
+    pointer = "/spec" + "/n" * 148
+    patch = [{"op": "add", "path": pointer + "/more", "value": nested(150)}]
+    r = await client.patch(f"{path}/d", json=patch, headers={"content-type": "application/json-patch+json"})
+    assert r.status_code == 400, r.text
+    assert "exceeded max depth" in r.json()["message"]
+    stored = (await client.get(f"{path}/d")).json()
+    assert stored["spec"] == nested(150)
