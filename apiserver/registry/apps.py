@@ -260,7 +260,7 @@ class ReplicationControllerStrategy(GenerationStrategy):
         labels = get(template, "metadata", "labels", default={})
         if selector and not v.selector_matches({"matchLabels": selector}, labels):
             causes.append(v.invalid("spec.template.metadata.labels", labels, SELECTOR_MISMATCH))
-        causes.extend(validate_pod_template(template, "spec.template", self.claim_volumes(spec)))
+        causes.extend(validate_pod_template(template, "spec.template"))
         restart = get(template, "spec", "restartPolicy")
         if restart is not None and restart != "Always":
             causes.append(v.not_supported("spec.template.spec.restartPolicy", restart, ("Always",)))
