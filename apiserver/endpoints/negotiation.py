@@ -100,17 +100,24 @@ def _check_depth(value: Any) -> None:
 
 
 def _decode_yaml(raw: bytes) -> Any:
+    if b"*" not in raw:
+        try:
+            return yaml.load(raw, Loader=_StringTimestampLoader)  # noqa: S506 - SafeLoader subclass
+        except yaml.YAMLError as exc:
+            raise errors.bad_request(f"error converting YAML to JSON: {exc}".replace("\n", " ")) from exc
+    # Aliases are references once constructed, and every later walk expands them: bound the expansion on
+    # the composed graph before constructing it, as go-yaml does while decoding.
+    loader = _StringTimestampLoader(raw)
     try:
-        if b"*" in raw:
-            # Aliases are references when constructed, and every later walk expands them: bound the
-            # expansion on the composed graph first, as go-yaml does while decoding.
-            root = yaml.compose(raw, Loader=_StringTimestampLoader)  # noqa: S506 - SafeLoader subclass
-            if root is None:
-                return None
-            _check_aliases(root)
-        return yaml.load(raw, Loader=_StringTimestampLoader)  # noqa: S506 - SafeLoader subclass
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        _check_aliases(root)
+        return loader.construct_document(root)
     except yaml.YAMLError as exc:
         raise errors.bad_request(f"error converting YAML to JSON: {exc}".replace("\n", " ")) from exc
+    finally:
+        loader.dispose()
 
 
 def decode_body(raw: bytes, content_type: str | None) -> Any:
