@@ -29,6 +29,8 @@ IP_FAMILIES = ("IPv4", "IPv6")
 DEFAULT_CLIENT_IP_TIMEOUT = 10800
 MAX_CLIENT_IP_TIMEOUT = 86400
 KUBELET_PORT = 10250
+TOPOLOGY_MODE = "service.kubernetes.io/topology-mode"
+TOPOLOGY_HINTS = "service.kubernetes.io/topology-aware-hints"
 _IP_ERR = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
 _LINK_LOCAL_MULTICAST = (ipaddress.ip_network("224.0.0.0/24"), ipaddress.ip_network("ff02::/16"))
 
@@ -553,6 +555,15 @@ def _validate_traffic_policies(obj: Obj, spec: Obj, kind: str) -> list[Cause]:
         causes.append(v.required("spec.internalTrafficPolicy", "must be specified"))
     elif itp is not None and itp not in TRAFFIC_POLICIES:
         causes.append(v.not_supported("spec.internalTrafficPolicy", itp, TRAFFIC_POLICIES))
+    distribution = spec.get("trafficDistribution")
+    if distribution is not None and distribution != "PreferClose":
+        causes.append(v.not_supported("spec.trafficDistribution", distribution, ("PreferClose",)))
+    annotations = get(obj, "metadata", "annotations", default={})
+    annotations = annotations if isinstance(annotations, dict) else {}
+    mode, hints = annotations.get(TOPOLOGY_MODE), annotations.get(TOPOLOGY_HINTS)
+    if mode is not None and hints is not None and mode != hints:
+        causes.append(v.invalid(f"metadata.annotations[{TOPOLOGY_MODE}]", mode,
+                                f"must match annotations[{TOPOLOGY_HINTS}] when both are specified"))
     return causes
 
 

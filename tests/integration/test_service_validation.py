@@ -97,6 +97,8 @@ def _create(client: httpx.Client, ns: str, spec: dict[str, Any]) -> httpx.Respon
     ({"ports": PORTS, "internalTrafficPolicy": ""}, "spec.internalTrafficPolicy", 'Unsupported value: ""'),
     ({"ports": PORTS, "type": "NodePort", "healthCheckNodePort": 30500}, "spec.healthCheckNodePort",
      "may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"),
+    ({"ports": PORTS, "trafficDistribution": "Anywhere"}, "spec.trafficDistribution",
+     'Unsupported value: "Anywhere": supported values: "PreferClose"'),
     ({"ports": PORTS, "type": "Bridge"}, "spec.type",
      'Unsupported value: "Bridge": supported values: "ClusterIP", "ExternalName", "LoadBalancer", "NodePort"'),
 ])
@@ -153,3 +155,15 @@ def test_cluster_ip_and_family_never_change(client: httpx.Client, ns: str) -> No
     r = client.put(path, json={"metadata": svc["metadata"], "spec": {"ports": PORTS, "selector": {"a": "b"}}})
     assert r.status_code == 200, r.text
     assert r.json()["spec"]["clusterIPs"] == [ip]
+
+
+def test_topology_annotations_must_agree(client: httpx.Client, ns: str) -> None:
+    r = client.post(f"/api/v1/namespaces/{ns}/services", json={
+        "metadata": {"name": "topo", "annotations": {"service.kubernetes.io/topology-mode": "Auto",
+                                                      "service.kubernetes.io/topology-aware-hints": "Disabled"}},
+        "spec": {"ports": PORTS}})
+    assert r.status_code == 422, r.text
+    assert r.json()["details"]["causes"] == [{
+        "reason": "FieldValueInvalid", "field": "metadata.annotations[service.kubernetes.io/topology-mode]",
+        "message": 'Invalid value: "Auto": must match annotations[service.kubernetes.io/topology-aware-hints] '
+                   "when both are specified"}]
