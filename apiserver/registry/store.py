@@ -840,11 +840,19 @@ class RESTStore:
         return deleted
 
 
+#: upstream's maxJSONPatchOperations and JSONPatchMaxCopyBytes (the apiserver's default, 3 MiB)
+MAX_JSON_PATCH_OPERATIONS = 10000
+JSON_PATCH_MAX_COPY_BYTES = 3 * 1024 * 1024
+
+
 def apply_patch(patch_type: str, current: Obj, patch: Any) -> Obj:
     """The object after a patch of the given type, or a 4xx naming what is wrong with the patch."""
+    if patch_type == "json" and isinstance(patch, list) and len(patch) > MAX_JSON_PATCH_OPERATIONS:
+        raise errors.too_large(f"Request entity too large: The allowed maximum operations in a JSON patch is "
+                               f"{MAX_JSON_PATCH_OPERATIONS}, got {len(patch)}")
     try:
         if patch_type == "json":
-            result = json_patch(current, patch)
+            result = json_patch(current, patch, JSON_PATCH_MAX_COPY_BYTES)
         elif patch_type == "merge":
             if not isinstance(patch, dict):
                 raise errors.bad_request("the patch must be a JSON object")

@@ -226,3 +226,23 @@ async def test_patch_that_nests_too_deep_is_a_clean_400(client: httpx.AsyncClien
     assert "exceeded max depth" in r.json()["message"]
     stored = (await client.get(f"{path}/d")).json()
     assert stored["spec"] == nested(150)
+
+
+async def test_json_patch_copy_bomb_is_refused_without_stalling_others(client: httpx.AsyncClient, ns: str) -> None:
+    path = f"/api/v1/namespaces/{ns}/configmaps"
+    r = await client.post(path, json={"metadata": {"name": "copied", "labels": {"a": "b" * 60}}})
+    assert r.status_code == 201, r.text
+    # Each copy doubles metadata: 40 of them would make it 2**40 times larger.
+    bomb = [{"op": "copy", "from": "/metadata", "path": f"/metadata/x{i}"} for i in range(40)]
+    json_patch = {"content-type": "application/json-patch+json"}
+    r, slowest = await slowest_get(client, client.patch(f"{path}/copied", json=bomb, headers=json_patch))
+    assert r.status_code == 422, r.text
+    assert r.json()["message"].startswith("Unable to complete the copy, the accumulated size increase of copy is ")
+    assert r.json()["message"].endswith(", exceeding the limit 3145728")
+    assert slowest < 1.0
+    many = [{"op": "test", "path": "/kind", "value": "ConfigMap"}] * 10001
+    r = await client.patch(f"{path}/copied", json=many, headers=json_patch)
+    assert r.status_code == 413, r.text
+    assert r.json()["message"] == ("Request entity too large: The allowed maximum operations in a JSON patch is "
+                                   "10000, got 10001")
+    assert (await client.get(f"{path}/copied")).json()["metadata"]["labels"] == {"a": "b" * 60}
