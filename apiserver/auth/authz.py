@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 from services.api import errors
 from services.auth.identity import MASTERS, UserInfo
@@ -43,9 +43,17 @@ class Attributes:
     name: str = ""
 
 
-def request_attributes(user: UserInfo, method: str, path: str, query: bytes | str = b"") -> Attributes:
-    """The attributes of one HTTP request, resolved the way upstream's RequestInfoFactory does."""
-    parts = [p for p in path.split("/") if p]
+def split_path(raw_path: str) -> list[str]:
+    """The segments of a still percent-encoded URL path, each decoded on its own: an encoded slash is part
+    of its segment (a name), never a separator."""
+    return [unquote(p) for p in raw_path.split("/") if p]
+
+
+def request_attributes(user: UserInfo, method: str, path: str, query: bytes | str = b"",
+                       raw_path: str | None = None) -> Attributes:
+    """The attributes of one HTTP request, resolved the way upstream's RequestInfoFactory does; `raw_path`
+    is the path as sent, which the segments come from when given."""
+    parts = split_path(raw_path) if raw_path is not None else [p for p in path.split("/") if p]
     non_resource = Attributes(user, method.lower(), False, path)
     if len(parts) < 3 or parts[0] not in ("api", "apis"):
         return non_resource

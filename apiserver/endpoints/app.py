@@ -17,10 +17,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from apiserver.auth import reviews
 from apiserver.auth.authn import Authenticator, impersonate, load_token_file, peer_certificate, read_credentials
-from apiserver.auth.authz import ALLOW, AlwaysAllow, AlwaysDeny, Chain, forbidden, request_attributes
+from apiserver.auth.authz import ALLOW, AlwaysAllow, AlwaysDeny, Chain, forbidden, request_attributes, split_path
 from apiserver.auth.rbac import RBAC_GROUP, RBACAuthorizer, escalation_allowed
 from apiserver.endpoints import discovery, openapi, proxy, typecheck
-from apiserver.endpoints.negotiation import PATCH_TYPES, decode_body, media_type
+from apiserver.endpoints.negotiation import PATCH_TYPES, decode_body, media_type, read_body
 from apiserver.endpoints.resources import ResourceHandler, Target, parse_path
 from apiserver.registry.store import apply_patch
 from services.api import errors
@@ -109,7 +109,7 @@ def create_app(server: Any) -> FastAPI:
     async def serve(request: Request, legacy: bool, path: str) -> Response:
         if not server.ready:
             raise errors.StatusError(503, "ServiceUnavailable", "the apiserver is starting")
-        parts = [p for p in path.split("/") if p] if path else []
+        parts = _segments(request, path)
         target = parse_path(server.catalog, legacy, parts)
         if target is None:
             if request.method != "GET":
@@ -127,7 +127,7 @@ def create_app(server: Any) -> FastAPI:
 
     async def review(request: Request, target: Target) -> Response:
         """The review APIs answer from this apiserver's own authenticators and authorizers."""
-        raw = await request.body()
+        raw = await read_body(request)
         body = decode_body(raw, request.headers.get("content-type")) if raw.strip() else None
         kind = target.res.kind
         if isinstance(body, dict):
@@ -147,7 +147,7 @@ def create_app(server: Any) -> FastAPI:
         """(object as it would be stored, current object) of an RBAC write; (None, None) when the handler
         will refuse the request anyway (bad body, missing object), so it answers with its own error."""
         store = server.store(target.res.group, target.res.version, target.res.plural)
-        raw = await request.body()
+        raw = await read_body(request)
         content_type = request.headers.get("content-type")
         current = None
         if target.name:
@@ -264,6 +264,19 @@ def create_app(server: Any) -> FastAPI:
     return app
 
 
+def _raw_path(scope: dict[str, Any]) -> str | None:
+    raw = scope.get("raw_path")
+    return raw.decode("latin-1") if raw else None
+
+
+def _segments(request: Request, path: str) -> list[str]:
+    """The path segments after `/api` or `/apis`, from the path as sent: `%2F` stays inside a name."""
+    raw = _raw_path(request.scope)
+    if raw is None:
+        return [p for p in path.split("/") if p]
+    return split_path(raw)[1:]
+
+
 def request_user(request: Request) -> UserInfo:
     """The user APIApp authenticated for this request."""
     return request.scope["pyk8s.user"]
@@ -304,7 +317,8 @@ class APIApp:
             user = impersonate(user, creds.impersonate, self.authorizer.authorize)
         if self.authorizer.always_allow or MASTERS in user.groups:
             return user
-        attrs = request_attributes(user, scope.get("method", "GET"), scope["path"], scope.get("query_string", b""))
+        attrs = request_attributes(user, scope.get("method", "GET"), scope["path"], scope.get("query_string", b""),
+                                   _raw_path(scope))
         decision, reason = self.authorizer.authorize(attrs)
         if decision != ALLOW:
             raise forbidden(attrs, reason)

@@ -278,10 +278,10 @@ class _Findings:
         self._seen.add((duplicate, path))
         if duplicate:
             self.duplicates.append(path)
-            self.messages.append("duplicate field " + _go_quote(path))
+            self.messages.append("duplicate field " + go_quote(path))
         else:
             self.unknown += 1
-            self.messages.append("unknown field " + _go_quote(path))
+            self.messages.append("unknown field " + go_quote(path))
 
 
 def _walk_pairs(node: _Node, value: Any, stack: list[str], out: _Findings) -> None:
@@ -368,7 +368,7 @@ def _json_duplicates(raw: bytes, api_version: str, kind: str) -> DuplicateFields
 def _go_value(value: Any) -> str:
     """A YAML map key the way Go's `%#v` prints it in goyaml's complaint."""
     if isinstance(value, str):
-        return _go_quote(value)
+        return go_quote(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
@@ -437,7 +437,7 @@ def duplicate_fields(raw: bytes, yaml_input: bool, api_version: str = "", kind: 
 _GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
 
 
-def _go_quote(text: str) -> str:
+def go_quote(text: str) -> str:
     """Go's strconv.Quote, which upstream's `%q` uses for field paths."""
     if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
         return f'"{text}"'
@@ -477,7 +477,7 @@ def _strict_errors(paths_unknown: Iterable[str], paths_dup: list[str]) -> list[s
     if getattr(paths_dup, "yaml", False):
         found = [_YAML_ERRORS_PREFIX + "\n  ".join(paths_dup)] if paths_dup else []
         ordered = sorted(paths_unknown, key=_sort_key)[:_MAX_STRICT_ERRORS]
-        return found + ["unknown field " + _go_quote(p) for p in ordered]
+        return found + ["unknown field " + go_quote(p) for p in ordered]
     ordered_all = getattr(paths_dup, "ordered", None)
     if ordered_all is not None:
         return list(ordered_all)
@@ -554,7 +554,7 @@ def directive(value: str | None, options_kind: str = "CreateOptions") -> str:
         supported = ", ".join(f'"{d}"' for d in _DIRECTIVES)
         raise errors.invalid(options_kind, "meta.k8s.io", "", [errors.cause(
             "fieldValidation",
-            f"Unsupported value: {_go_quote(value)}: supported values: {supported}",
+            f"Unsupported value: {go_quote(value)}: supported values: {supported}",
             "FieldValueNotSupported",
         )])
     return value or "Warn"

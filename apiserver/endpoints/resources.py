@@ -20,7 +20,7 @@ from prometheus_client import Counter, Histogram
 
 from apiserver.auth import reviews
 from apiserver.auth.tokens import TokenIssuer
-from apiserver.endpoints import fieldvalidation, tables, typecheck
+from apiserver.endpoints import fieldvalidation, options, tables, typecheck
 from apiserver.endpoints.negotiation import (
     PATCH_TYPES,
     PROTOBUF,
@@ -28,6 +28,7 @@ from apiserver.endpoints.negotiation import (
     decode_body,
     media_type,
     negotiate,
+    read_body,
     to_yaml,
 )
 from apiserver.endpoints.watch import WatchStream, error_event
@@ -38,6 +39,7 @@ from services.api import errors
 from services.api.catalog import Resource
 from services.api.meta import now_rfc3339
 from services.api.selectors import FieldSelector, LabelSelector
+from services.api.validation import go_value, is_path_segment_name
 
 REQUESTS = Counter(
     "apiserver_request_total", "API requests by verb, group, resource and code.",
@@ -98,11 +100,22 @@ def parse_path(catalog: Any, legacy: bool, parts: list[str]) -> Target | None:
         raise errors.StatusError(404, "NotFound", "the server could not find the requested resource", {})
     if name == "":
         name = None
+    _check_segment("Namespace", namespace)
+    _check_segment("Name", name)
     if res.namespaced and namespace is None and name is not None and plural != "namespaces":
         raise errors.StatusError(404, "NotFound", "the server could not find the requested resource", {})
     if not res.namespaced and namespace is not None:
         raise errors.StatusError(404, "NotFound", "the server could not find the requested resource", {})
     return Target(res, namespace, name, sub, legacy_watch)
+
+
+def _check_segment(what: str, value: str | None) -> None:
+    """A name or namespace from the path must be one path segment, as upstream's storage keys require."""
+    if value is None:
+        return
+    problems = is_path_segment_name(value)
+    if problems:
+        raise errors.bad_request(f"{what} parameter invalid: {go_value(value)}: {';'.join(problems)}")
 
 
 def _columns(res: Resource) -> list[dict[str, Any]] | None:
@@ -181,21 +194,21 @@ def _decode_as(raw: bytes, content_type: str | None, api_version: str, kind: str
     return body
 
 
-def _write_options(request: Request) -> WriteOptions:
-    """Options of a write; the field manager defaults to the user agent's product, as upstream's does."""
+def _write_options(request: Request, verb: str) -> WriteOptions:
+    """Options of a write, validated as upstream validates the verb's options kind (a read has none);
+    the field manager defaults to the user agent's product, as upstream's does."""
     params = request.query_params
     manager = params.get("fieldManager") or ""
+    dry_run = params.getlist("dryRun")
+    kind = options.OPTIONS_KINDS.get(verb)
+    if kind is not None and kind != "DeleteOptions":
+        causes = options.field_manager_causes(manager) + options.dry_run_causes(dry_run)
+        if kind == "PatchOptions":
+            fieldvalidation.directive(params.get("fieldValidation"), kind)
+        options.refuse(kind, causes)
     if not manager:
         manager = (request.headers.get("user-agent") or "").split("/", 1)[0] or "unknown"
-    return WriteOptions(dry_run=_dry_run(params), field_manager=manager, force=_bool(params.get("force")))
-
-
-def _dry_run(params: Any) -> bool:
-    values = params.getlist("dryRun")
-    for v in values:
-        if v != "All":
-            raise errors.bad_request(f'dryRun: Unsupported value: "{v}": supported values: "All"')
-    return bool(values)
+    return WriteOptions(dry_run=bool(dry_run), field_manager=manager, force=_bool(params.get("force")))
 
 
 class ResourceHandler:
@@ -269,12 +282,16 @@ class ResourceHandler:
                 _int(params, "limit") or 0,
                 params.get("continue", ""),
             )
+            send_initial = params.get("sendInitialEvents")
+            options.refuse("ListOptions", options.list_causes(
+                verb == "watch", opts, None if send_initial is None else _bool(send_initial),
+                _bool(params.get("allowWatchBookmarks"))))
             if verb == "watch":
                 return await self._watch(request, target, store, opts, rep)
             items, list_meta = await store.list(ns, opts)
             return self._list(store, items, list_meta, rep)
-        dry_run = _dry_run(params)
-        wopts = _write_options(request)
+        wopts = _write_options(request, verb)
+        dry_run = wopts.dry_run
         if verb == "create" and res.kind == "Binding" and not res.group:
             binding = _decode_as(await self._raw(request), request.headers.get("content-type"), "v1", "Binding")
             pod_name = (binding.get("metadata") or {}).get("name", "")
@@ -313,15 +330,7 @@ class ResourceHandler:
 
     # -- bodies -------------------------------------------------------------------
     async def _raw(self, request: Request) -> bytes:
-        length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > 3 * 1024 * 1024:
-            raise errors.too_large()
-        raw = b""
-        async for chunk in request.stream():
-            raw += chunk
-            if len(raw) > 3 * 1024 * 1024:
-                raise errors.too_large()
-        return raw
+        return await read_body(request)
 
     async def _body(self, request: Request, res: Resource) -> tuple[Any, list[str]]:
         raw = await self._raw(request)
@@ -400,8 +409,12 @@ class ResourceHandler:
             raise errors.bad_request("preconditions must be an object")
         opts.precondition_uid = pre.get("uid")
         opts.precondition_rv = pre.get("resourceVersion")
-        if body.get("dryRun") and not dry_run:
-            opts.dry_run = body["dryRun"] == ["All"]
+        body_dry_run = body.get("dryRun")
+        options.refuse("DeleteOptions", options.delete_causes(
+            opts.propagation, opts.orphan_dependents is not None,
+            [*params.getlist("dryRun"), *(body_dry_run if isinstance(body_dry_run, list) else [])]))
+        if body_dry_run and not dry_run:
+            opts.dry_run = body_dry_run == ["All"]
         return opts
 
     # -- responses ----------------------------------------------------------------
@@ -477,17 +490,6 @@ class ResourceHandler:
         send_initial = params.get("sendInitialEvents")
         send_initial_events = None if send_initial is None else _bool(send_initial)
         allow_bookmarks = _bool(params.get("allowWatchBookmarks"))
-        if send_initial_events:
-            if opts.resource_version_match != "NotOlderThan":
-                raise errors.invalid("ListOptions", "meta.k8s.io", "", [errors.cause(
-                    "resourceVersionMatch",
-                    "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-                    "FieldValueForbidden")])
-            if not allow_bookmarks:
-                raise errors.invalid("ListOptions", "meta.k8s.io", "", [errors.cause(
-                    "allowWatchBookmarks",
-                    "Required value: sendInitialEvents requires setting allowWatchBookmarks to true",
-                    "FieldValueRequired")])
         render = None
         if rep.form == "Table":
             res = target.res
@@ -525,7 +527,7 @@ class ResourceHandler:
         self, request: Request, target: Target, store: RESTStore, verb: str, rep: Representation
     ) -> Response:
         res, ns, name, sub = target.res, target.namespace, target.name or "", target.subresource
-        wopts = _write_options(request)
+        wopts = _write_options(request, verb)
         if sub in ("status", "finalize"):
             if verb == "get" and sub == "status":
                 return self._object(await store.get(ns, name), rep, res)

@@ -398,6 +398,8 @@ def _job_cells(obj: dict[str, Any], now: float) -> Row:
         state = "Suspended"
     elif _has_condition(conds, "FailureTarget"):
         state = "FailureTarget"
+    elif _has_condition(conds, "SuccessCriteriaMet"):
+        state = "SuccessCriteriaMet"
     else:
         state = "Running"
     names, images = _containers(_template_spec(obj))

@@ -66,7 +66,7 @@ class _WorkloadStrategy(GenerationStrategy):
         labels = get(template, "metadata", "labels", default={})
         if selector and not v.selector_matches(selector, labels):
             causes.append(v.invalid("spec.template.metadata.labels", labels, SELECTOR_MISMATCH))
-        causes.extend(validate_pod_template(template, "spec.template"))
+        causes.extend(validate_pod_template(template, "spec.template", self.claim_volumes(spec)))
         restart = get(template, "spec", "restartPolicy")
         if restart is not None and restart != "Always":
             causes.append(v.not_supported("spec.template.spec.restartPolicy", restart, ("Always",)))
@@ -74,6 +74,10 @@ class _WorkloadStrategy(GenerationStrategy):
             causes.append(v.forbidden("spec.template.spec.activeDeadlineSeconds",
                                       f"activeDeadlineSeconds in {self.resource.kind} is not Supported"))
         return causes
+
+    def claim_volumes(self, spec: Obj) -> list[str]:
+        """Volumes the controller adds to each pod, which the template's mounts may name."""
+        return []
 
     def validate_spec_update(self, new: Obj, old: Obj) -> list[Cause]:
         causes = self.validate_spec(new)
@@ -150,6 +154,14 @@ class StatefulSetStrategy(_WorkloadStrategy):
             if isinstance(claim, dict):
                 setdefault(child(claim, "spec"), "volumeMode", "Filesystem")
                 claim.setdefault("status", {"phase": "Pending"})
+
+    def claim_volumes(self, spec: Obj) -> list[str]:
+        """Each claim template becomes a volume of that name in every pod (upstream's TODO in
+        ValidatePodTemplateSpecForStatefulSet: mounts must name a volume or a claim template)."""
+        claims = spec.get("volumeClaimTemplates")
+        if not isinstance(claims, list):
+            return []
+        return [name for c in claims if isinstance(c, dict) and isinstance(name := get(c, "metadata", "name"), str)]
 
     def validate_spec(self, obj: Obj) -> list[Cause]:
         causes = super().validate_spec(obj)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
@@ -319,8 +320,10 @@ def _validate_tolerations(tolerations: Any, path: str) -> list[Cause]:
     return causes
 
 
-def validate_pod_spec(spec: Any, path: str = "spec", is_pod: bool = True) -> list[Cause]:
-    """Upstream's ValidatePodSpec for the fields users set."""
+def validate_pod_spec(spec: Any, path: str = "spec", is_pod: bool = True,
+                      claim_volumes: Iterable[str] = ()) -> list[Cause]:
+    """Upstream's ValidatePodSpec for the fields users set. `claim_volumes` are volumes the pod will get
+    from elsewhere (a StatefulSet's claim templates), which mounts may name too."""
     if not isinstance(spec, dict):
         return [v.required(path)]
     causes: list[Cause] = []
@@ -338,6 +341,7 @@ def validate_pod_spec(spec: Any, path: str = "spec", is_pod: bool = True) -> lis
         sources = [src for src in VOLUME_SOURCES if volume.get(src) is not None]
         if len(sources) > 1:
             causes.append(v.forbidden(f"{path}.volumes[{i}].{sources[1]}", "may not specify more than 1 volume type"))
+    mountable = volume_names | set(claim_volumes)
     containers = spec.get("containers") or []
     if not containers:
         causes.append(v.required(f"{path}.containers"))
@@ -353,7 +357,7 @@ def validate_pod_spec(spec: Any, path: str = "spec", is_pod: bool = True) -> lis
                 if name in names:
                     causes.append(v.duplicate(f"{cpath}.name", name))
             names.add(name)
-            causes.extend(validate_container(container, cpath, volume_names, is_pod))
+            causes.extend(validate_container(container, cpath, mountable, is_pod))
     restart = spec.get("restartPolicy") or ""
     if not restart:
         causes.append(v.required(f"{path}.restartPolicy"))
@@ -382,13 +386,13 @@ def validate_pod_spec(spec: Any, path: str = "spec", is_pod: bool = True) -> lis
     return causes
 
 
-def validate_pod_template(template: Any, path: str) -> list[Cause]:
+def validate_pod_template(template: Any, path: str, claim_volumes: Iterable[str] = ()) -> list[Cause]:
     if not isinstance(template, dict):
         return [v.required(path)]
     meta = template.get("metadata") or {}
     causes = v.validate_labels(meta.get("labels"), f"{path}.metadata.labels")
     causes += v.validate_annotations(meta.get("annotations"), f"{path}.metadata.annotations")
-    causes += validate_pod_spec(template.get("spec"), f"{path}.spec", is_pod=False)
+    causes += validate_pod_spec(template.get("spec"), f"{path}.spec", is_pod=False, claim_volumes=claim_volumes)
     return causes
 
 

@@ -24,8 +24,15 @@ SERVICE_TYPES = ("ClusterIP", "ExternalName", "LoadBalancer", "NodePort")
 SESSION_AFFINITIES = ("ClientIP", "None")
 TRAFFIC_POLICIES = ("Cluster", "Local")
 PORT_PROTOCOLS = ("SCTP", "TCP", "UDP")
-IP_FAMILY_POLICIES = ("SingleStack", "PreferDualStack", "RequireDualStack")
+IP_FAMILY_POLICIES = ("PreferDualStack", "RequireDualStack", "SingleStack")
+IP_FAMILIES = ("IPv4", "IPv6")
 DEFAULT_CLIENT_IP_TIMEOUT = 10800
+MAX_CLIENT_IP_TIMEOUT = 86400
+KUBELET_PORT = 10250
+TOPOLOGY_MODE = "service.kubernetes.io/topology-mode"
+TOPOLOGY_HINTS = "service.kubernetes.io/topology-aware-hints"
+_IP_ERR = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
+_LINK_LOCAL_MULTICAST = (ipaddress.ip_network("224.0.0.0/24"), ipaddress.ip_network("ff02::/16"))
 
 
 def needs_cluster_ip(svc: Obj | None) -> bool:
@@ -39,6 +46,12 @@ def needs_node_ports(svc: Obj | None) -> bool:
     if kind == "NodePort":
         return True
     return kind == "LoadBalancer" and get(svc, "spec", "allocateLoadBalancerNodePorts", default=True) is not False
+
+
+def externally_accessible(svc: Obj) -> bool:
+    """Reachable from outside the cluster: NodePort, LoadBalancer, or ClusterIP with external IPs."""
+    kind = get(svc, "spec", "type")
+    return kind in ("NodePort", "LoadBalancer") or (kind == "ClusterIP" and bool(get(svc, "spec", "externalIPs")))
 
 
 def needs_health_check_port(svc: Obj | None) -> bool:
@@ -103,20 +116,23 @@ class ServiceStrategy(MetaStrategy):
 
     def defaults(self, obj: Obj) -> None:
         spec = child(obj, "spec")
-        setdefault(spec, "type", "ClusterIP")
-        setdefault(spec, "sessionAffinity", "None")
+        # Go strings: empty is unset, so it gets the default too.
+        for key, default in (("type", "ClusterIP"), ("sessionAffinity", "None")):
+            if not spec.get(key):
+                spec[key] = default
         if spec["sessionAffinity"] == "ClientIP":
             client_ip = child(spec, "sessionAffinityConfig", "clientIP")
             setdefault(client_ip, "timeoutSeconds", DEFAULT_CLIENT_IP_TIMEOUT)
         for port in spec.get("ports") or []:
             if not isinstance(port, dict):
                 continue
-            setdefault(port, "protocol", "TCP")
+            if not port.get("protocol"):
+                port["protocol"] = "TCP"
             if port.get("targetPort") in (None, 0, ""):
                 port["targetPort"] = port.get("port")
         kind = spec["type"]
-        if kind in ("NodePort", "LoadBalancer"):
-            setdefault(spec, "externalTrafficPolicy", "Cluster")
+        if externally_accessible(obj) and not spec.get("externalTrafficPolicy"):
+            spec["externalTrafficPolicy"] = "Cluster"
         if kind == "LoadBalancer":
             setdefault(spec, "allocateLoadBalancerNodePorts", True)
         if kind == "ExternalName":
@@ -142,63 +158,35 @@ class ServiceStrategy(MetaStrategy):
         _patch_allocated_values(new, old)
 
     def validate_spec(self, obj: Obj) -> list[Cause]:
+        """Upstream's ValidateService: what kube-proxy and the node agents later act on must be well formed."""
         spec = obj.get("spec") or {}
         causes: list[Cause] = []
         kind = spec.get("type") or ""
-        if kind not in SERVICE_TYPES:
+        if not kind:
+            causes.append(v.required("spec.type"))
+        elif kind not in SERVICE_TYPES:
             causes.append(v.not_supported("spec.type", kind, SERVICE_TYPES))
-        ports = spec.get("ports") or []
+        ports = _list(spec.get("ports"))
         if not ports and not is_headless(obj) and kind != "ExternalName":
             causes.append(v.required("spec.ports"))
+        causes.extend(_validate_type(obj, spec, kind))
         causes.extend(_validate_ports(ports, kind))
         causes.extend(v.validate_labels(spec.get("selector"), "spec.selector"))
-        affinity = spec.get("sessionAffinity") or ""
-        if affinity not in SESSION_AFFINITIES:
-            causes.append(v.not_supported("spec.sessionAffinity", affinity, SESSION_AFFINITIES))
-        if kind == "ExternalName":
-            name = spec.get("externalName") or ""
-            if not name:
-                causes.append(v.required("spec.externalName"))
-            else:
-                causes.extend(v.invalid("spec.externalName", name, m)
-                              for m in v.is_dns1123_subdomain(name.removesuffix(".")))
-            if spec.get("clusterIPs") or spec.get("clusterIP"):
-                causes.append(v.forbidden("spec.clusterIPs", "may not be set for ExternalName services"))
-        else:
-            for i, ip in enumerate(spec.get("clusterIPs") or []):
-                if ip == "None":
-                    continue
-                try:
-                    ipaddress.ip_address(ip)
-                except ValueError:
-                    causes.append(v.invalid(f"spec.clusterIPs[{i}]", ip,
-                                            "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
-            if spec.get("clusterIP") and spec.get("clusterIPs") and spec["clusterIP"] != spec["clusterIPs"][0]:
-                causes.append(v.invalid("spec.clusterIPs", spec["clusterIPs"], "first value must match `clusterIP`"))
-            policy = spec.get("ipFamilyPolicy")
-            if policy is not None and policy not in IP_FAMILY_POLICIES:
-                causes.append(v.not_supported("spec.ipFamilyPolicy", policy, IP_FAMILY_POLICIES))
-        etp = spec.get("externalTrafficPolicy")
-        if etp is not None:
-            if kind not in ("NodePort", "LoadBalancer"):
-                causes.append(v.invalid("spec.externalTrafficPolicy", etp,
-                                        "may only be set when `type` is 'NodePort' or 'LoadBalancer'"))
-            elif etp not in TRAFFIC_POLICIES:
-                causes.append(v.not_supported("spec.externalTrafficPolicy", etp, TRAFFIC_POLICIES))
-        itp = spec.get("internalTrafficPolicy")
-        if itp is not None and itp not in TRAFFIC_POLICIES:
-            causes.append(v.not_supported("spec.internalTrafficPolicy", itp, TRAFFIC_POLICIES))
-        if spec.get("healthCheckNodePort") and not needs_health_check_port(obj):
-            causes.append(v.invalid("spec.healthCheckNodePort", spec["healthCheckNodePort"],
-                                    "may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` "
-                                    "is 'Local'"))
+        causes.extend(_validate_affinity(spec))
+        if kind != "ExternalName":
+            causes.extend(_validate_cluster_ips(obj, spec))
+        causes.extend(_validate_external_ips(_list(spec.get("externalIPs"))))
+        causes.extend(_validate_load_balancer_fields(spec, kind))
+        causes.extend(_validate_traffic_policies(obj, spec, kind))
         return causes
 
     def validate_spec_update(self, new: Obj, old: Obj) -> list[Cause]:
+        """Upstream's ValidateServiceUpdate: the primary cluster IP and IP family never change (short of going
+        to or from ExternalName), and only a SingleStack service may drop its secondary."""
         causes = self.validate_spec(new)
-        if needs_cluster_ip(new) and needs_cluster_ip(old) and get(old, "spec", "clusterIP"):
-            causes.extend(v.validate_immutable(get(new, "spec", "clusterIP", default=""),
-                                               get(old, "spec", "clusterIP"), "spec.clusterIP"))
+        if needs_cluster_ip(new) and needs_cluster_ip(old):
+            causes.extend(_cluster_ips_update(new, old))
+            causes.extend(_ip_families_update(new, old))
         return causes
 
     def field_set(self, obj: Obj) -> dict[str, str]:
@@ -226,6 +214,9 @@ class ServiceStrategy(MetaStrategy):
             spec["clusterIPs"] = ["None"]
             return
         cidr: ipaddress.IPv4Network = ctx.service_cidr
+        family_causes = _configured_families(spec, f"IPv{cidr.version}")
+        if family_causes:
+            raise self._invalid(obj, family_causes)
         if requested:
             if IP_PREFIX + requested in held:
                 return
@@ -321,12 +312,271 @@ class ServiceStrategy(MetaStrategy):
         return sorted(allocation_keys(obj))
 
 
-def _validate_ports(ports: list[Obj], kind: str) -> list[Cause]:
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _validate_type(obj: Obj, spec: Obj, kind: str) -> list[Cause]:
+    """What each type forbids or requires of the rest of the spec."""
+    causes: list[Cause] = []
+    if kind in ("LoadBalancer", "NodePort") and is_headless(obj):
+        causes.append(v.invalid("spec.clusterIP", "None", f"may not be set to 'None' for {kind} services"))
+    if kind == "LoadBalancer":
+        for i, port in enumerate(_list(spec.get("ports"))):
+            if isinstance(port, dict) and port.get("port") == KUBELET_PORT:
+                causes.append(v.invalid(f"spec.ports[{i}]", KUBELET_PORT, f"may not expose port {KUBELET_PORT} "
+                                        "externally since it is used by kubelet"))
+    if kind == "ExternalName":
+        if spec.get("clusterIPs") or spec.get("clusterIP"):
+            causes.append(v.forbidden("spec.clusterIPs", "may not be set for ExternalName services"))
+        if spec.get("ipFamilies"):
+            causes.append(v.forbidden("spec.ipFamilies", "may not be set for ExternalName services"))
+        if spec.get("ipFamilyPolicy") is not None:
+            causes.append(v.forbidden("spec.ipFamilyPolicy", "may not be set for ExternalName services"))
+        name = spec.get("externalName") or ""
+        cname = name.removesuffix(".") if isinstance(name, str) else ""
+        if not cname:
+            causes.append(v.required("spec.externalName"))
+        else:
+            causes.extend(v.invalid("spec.externalName", cname, m) for m in v.is_dns1123_subdomain(cname))
+    if kind == "ClusterIP":
+        for i, port in enumerate(_list(spec.get("ports"))):
+            if isinstance(port, dict) and port.get("nodePort"):
+                causes.append(v.forbidden(f"spec.ports[{i}].nodePort", "may not be used when `type` is 'ClusterIP'"))
+    return causes
+
+
+def _validate_affinity(spec: Obj) -> list[Cause]:
+    affinity = spec.get("sessionAffinity") or ""
+    config = spec.get("sessionAffinityConfig")
+    if not affinity:
+        return [v.required("spec.sessionAffinity")]
+    if affinity not in SESSION_AFFINITIES:
+        return [v.not_supported("spec.sessionAffinity", affinity, SESSION_AFFINITIES)]
+    if affinity == "None":
+        if config is not None:
+            return [v.forbidden("spec.sessionAffinityConfig", "must not be set when session affinity is None")]
+        return []
+    when = "when session affinity type is ClientIP"
+    if not isinstance(config, dict):
+        return [v.required("spec.sessionAffinityConfig", when)]
+    client_ip = config.get("clientIP")
+    if not isinstance(client_ip, dict):
+        return [v.required("spec.sessionAffinityConfig.clientIP", when)]
+    timeout = client_ip.get("timeoutSeconds")
+    path = "spec.sessionAffinityConfig.clientIP.timeoutSeconds"
+    if timeout is None:
+        return [v.required(path, when)]
+    if not isinstance(timeout, int) or not 0 < timeout <= MAX_CLIENT_IP_TIMEOUT:
+        return [v.invalid(path, timeout, f"must be greater than 0 and less than {MAX_CLIENT_IP_TIMEOUT}")]
+    return []
+
+
+def _ip(value: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _validate_cluster_ips(obj: Obj, spec: Obj) -> list[Cause]:
+    """Upstream's ValidateServiceClusterIPsRelatedFields: clusterIP(s), ipFamilies and ipFamilyPolicy agree."""
+    causes: list[Cause] = []
+    cluster_ip = spec.get("clusterIP") or ""
+    ips = _list(spec.get("clusterIPs"))
+    families = _list(spec.get("ipFamilies"))
+    if cluster_ip:
+        if not ips:
+            causes.append(v.required("spec.clusterIPs"))
+        elif ips[0] != cluster_ip:
+            causes.append(v.invalid("spec.clusterIPs", ips, "first value must match `clusterIP`"))
+    elif ips:
+        causes.append(v.invalid("spec.clusterIPs", ips, "must be empty when `clusterIP` is not specified"))
+    seen: set[Any] = set()
+    for i, family in enumerate(families):
+        if family not in IP_FAMILIES:
+            causes.append(v.not_supported(f"spec.ipFamilies[{i}]", family, IP_FAMILIES))
+        if family in seen:
+            causes.append(v.duplicate(f"spec.ipFamilies[{i}]", family))
+        seen.add(family)
+    policy = spec.get("ipFamilyPolicy")
+    if policy is not None and policy not in IP_FAMILY_POLICIES:
+        causes.append(v.not_supported("spec.ipFamilyPolicy", policy, IP_FAMILY_POLICIES))
+    bad_ips = False
+    for i, ip in enumerate(ips):
+        if i == 0 and ip == "None":
+            if len(ips) > 1:
+                bad_ips = True
+                causes.append(v.invalid("spec.clusterIPs", ips, "'None' must be the first and only value"))
+            continue
+        if _ip(ip) is None:
+            bad_ips = True
+            causes.append(v.invalid(f"spec.clusterIPs[{i}]", ip, _IP_ERR))
+    if len(ips) > 2:
+        causes.append(v.invalid("spec.clusterIPs", ips, "may only hold up to 2 values"))
+    if bad_ips:
+        return causes
+    if len(ips) > 1 and len({_ip(ip).version for ip in ips}) != len(ips):  # type: ignore[union-attr]
+        causes.append(v.invalid("spec.clusterIPs", ips, "may specify no more than one IP for each IP family"))
+    if not is_headless(obj):
+        for i, (ip, family) in enumerate(zip(ips, families, strict=False)):
+            wanted = {"IPv4": 4, "IPv6": 6}.get(family)
+            if wanted is not None and _ip(ip).version != wanted:  # type: ignore[union-attr]
+                causes.append(v.invalid(f"spec.clusterIPs[{i}]", ip,
+                                        f"expected an {family} value as indicated by `ipFamilies[{i}]`"))
+    return causes
+
+
+def _cluster_ips_update(new: Obj, old: Obj) -> list[Cause]:
+    if is_headless(new) and is_headless(old):
+        return []
+    ips, old_ips = _list(get(new, "spec", "clusterIPs")), _list(get(old, "spec", "clusterIPs"))
+    path = "spec.clusterIPs"
+    if len(ips) == len(old_ips):
+        return [v.invalid(f"{path}[{i}]", ips, "may not change once set")
+                for i, ip in enumerate(old_ips) if ip != ips[i]]
+    causes: list[Cause] = []
+    if old_ips and ips and ips[0] != old_ips[0]:
+        causes.append(v.invalid(f"{path}[0]", ips, "may not change once set"))
+    if len(ips) < len(old_ips):
+        if not ips:
+            causes.append(v.invalid(f"{path}[0]", ips, "primary clusterIP can not be unset"))
+        elif len(ips) == 1 and get(new, "spec", "ipFamilyPolicy") != "SingleStack":
+            causes.append(v.invalid(f"{path}[0]", ips, "`ipFamilyPolicy` must be set to 'SingleStack' when "
+                                                      "releasing the secondary clusterIP"))
+    return causes
+
+
+def _ip_families_update(new: Obj, old: Obj) -> list[Cause]:
+    if is_headless(new) or is_headless(old):
+        return []
+    families, old_families = _list(get(new, "spec", "ipFamilies")), _list(get(old, "spec", "ipFamilies"))
+    if len(families) == len(old_families):
+        if families != old_families:
+            return [v.invalid("spec.ipFamilies[0]", families, "may not change once set")]
+        return []
+    if families and old_families and families[0] != old_families[0]:
+        return [v.invalid("spec.ipFamilies[0]", families, "may not change once set")]
+    return []
+
+
+def _configured_families(spec: Obj, family: str) -> list[Cause]:
+    """A single-stack cluster serves only its own family, as upstream's allocator checks."""
+    causes = [v.invalid(f"spec.ipFamilies[{i}]", spec["ipFamilies"], f"ipfamily {f} is not configured on cluster")
+              for i, f in enumerate(_list(spec.get("ipFamilies"))) if f != family]
+    policy = spec.get("ipFamilyPolicy")
+    if policy == "RequireDualStack":
+        causes.append(v.invalid("spec.ipFamilyPolicy", policy,
+                                "this cluster is not configured for dual-stack services"))
+    ips = [ip for ip in _list(spec.get("clusterIPs")) if ip != "None"]
+    if len(ips) > 1 and policy == "SingleStack":
+        causes.append(v.invalid("spec.ipFamilyPolicy", policy,
+                                "must be 'RequireDualStack' or 'PreferDualStack' when multiple IPs are specified"))
+    if len(_list(spec.get("ipFamilies"))) > 1 and policy == "SingleStack":
+        causes.append(v.invalid("spec.ipFamilyPolicy", policy, "must be 'RequireDualStack' or 'PreferDualStack' "
+                                                               "when multiple 'ipFamilies' are specified"))
+    for i, text in enumerate(ips):
+        ip = _ip(text)
+        if ip is not None and f"IPv{ip.version}" != family:
+            causes.append(v.invalid(f"spec.clusterIPs[{i}]", spec["clusterIPs"],
+                                    f"IPv{ip.version} is not configured on this cluster"))
+    return causes
+
+
+def _validate_external_ips(ips: list[Any]) -> list[Cause]:
+    """Valid addresses that are neither unspecified, loopback nor link-local (upstream's ValidateNonSpecialIP)."""
+    causes: list[Cause] = []
+    for i, text in enumerate(ips):
+        path = f"spec.externalIPs[{i}]"
+        ip = _ip(text)
+        if ip is None:
+            causes.append(v.invalid(path, text, _IP_ERR))
+            continue
+        if ip.is_unspecified:
+            causes.append(v.invalid(path, text, f"may not be unspecified ({text})"))
+        if ip.is_loopback:
+            causes.append(v.invalid(path, text, "may not be in the loopback range (127.0.0.0/8, ::1/128)"))
+        if ip.is_link_local:
+            causes.append(v.invalid(path, text, "may not be in the link-local range (169.254.0.0/16, fe80::/10)"))
+        if any(ip in net for net in _LINK_LOCAL_MULTICAST if net.version == ip.version):
+            causes.append(v.invalid(path, text, "may not be in the link-local multicast range (224.0.0.0/24, "
+                                                "ff02::/10)"))
+    return causes
+
+
+def _validate_load_balancer_fields(spec: Obj, kind: str) -> list[Cause]:
+    causes: list[Cause] = []
+    only_lb = "may only be used when `type` is 'LoadBalancer'"
+    ranges = _list(spec.get("loadBalancerSourceRanges"))
+    if ranges:
+        if kind != "LoadBalancer":
+            causes.append(v.forbidden("spec.LoadBalancerSourceRanges", only_lb))
+        for text in ranges:
+            try:
+                ipaddress.ip_network(text.strip() if isinstance(text, str) else text, strict=False)
+            except (ValueError, TypeError):
+                shown = "[" + " ".join(str(r) for r in ranges) + "]"
+                causes.append(v.invalid("spec.LoadBalancerSourceRanges", shown,
+                                        "must be a list of IP ranges. For example, 10.240.0.0/24,10.250.0.0/24 "))
+                break
+    if spec.get("allocateLoadBalancerNodePorts") is not None and kind != "LoadBalancer":
+        causes.append(v.forbidden("spec.allocateLoadBalancerNodePorts", only_lb))
+    if kind == "LoadBalancer" and spec.get("allocateLoadBalancerNodePorts") is None:
+        causes.append(v.required("allocateLoadBalancerNodePorts"))
+    lb_class = spec.get("loadBalancerClass")
+    if lb_class is not None:
+        if kind != "LoadBalancer":
+            causes.append(v.forbidden("spec.loadBalancerClass", only_lb))
+        else:
+            causes.extend(v.invalid("spec.loadBalancerClass", lb_class, m) for m in v.is_qualified_name(lb_class))
+    return causes
+
+
+def _validate_traffic_policies(obj: Obj, spec: Obj, kind: str) -> list[Cause]:
+    causes: list[Cause] = []
+    etp = spec.get("externalTrafficPolicy")
+    if not externally_accessible(obj):
+        if etp:
+            causes.append(v.invalid("spec.externalTrafficPolicy", etp,
+                                    "may only be set for externally-accessible services"))
+    elif not etp:
+        causes.append(v.required("spec.externalTrafficPolicy"))
+    elif etp not in TRAFFIC_POLICIES:
+        causes.append(v.not_supported("spec.externalTrafficPolicy", etp, TRAFFIC_POLICIES))
+    health = spec.get("healthCheckNodePort")
+    if not needs_health_check_port(obj):
+        if health:
+            causes.append(v.invalid("spec.healthCheckNodePort", health, "may only be set when `type` is "
+                                    "'LoadBalancer' and `externalTrafficPolicy` is 'Local'"))
+    elif health:
+        causes.extend(v.invalid("spec.healthCheckNodePort", health, m) for m in v.is_valid_port_num(health))
+    itp = spec.get("internalTrafficPolicy")
+    if itp is None and kind in ("ClusterIP", "NodePort", "LoadBalancer"):
+        causes.append(v.required("spec.internalTrafficPolicy", "must be specified"))
+    elif itp is not None and itp not in TRAFFIC_POLICIES:
+        causes.append(v.not_supported("spec.internalTrafficPolicy", itp, TRAFFIC_POLICIES))
+    distribution = spec.get("trafficDistribution")
+    if distribution is not None and distribution != "PreferClose":
+        causes.append(v.not_supported("spec.trafficDistribution", distribution, ("PreferClose",)))
+    annotations = get(obj, "metadata", "annotations", default={})
+    annotations = annotations if isinstance(annotations, dict) else {}
+    mode, hints = annotations.get(TOPOLOGY_MODE), annotations.get(TOPOLOGY_HINTS)
+    if mode is not None and hints is not None and mode != hints:
+        causes.append(v.invalid(f"metadata.annotations[{TOPOLOGY_MODE}]", mode,
+                                f"must match annotations[{TOPOLOGY_HINTS}] when both are specified"))
+    return causes
+
+
+def _validate_ports(ports: list[Any], kind: str) -> list[Cause]:
     causes: list[Cause] = []
     names: set[str] = set()
     seen: set[tuple[Any, Any]] = set()
+    node_ports: set[tuple[Any, Any]] = set()
     for i, port in enumerate(ports):
         path = f"spec.ports[{i}]"
+        if not isinstance(port, dict):
+            causes.append(v.invalid(path, port, "must be an object"))
+            continue
         name = port.get("name") or ""
         if len(ports) > 1 and not name:
             causes.append(v.required(f"{path}.name"))
@@ -347,9 +597,14 @@ def _validate_ports(ports: list[Obj], kind: str) -> list[Cause]:
             causes.extend(v.invalid(f"{path}.targetPort", target, m) for m in v.is_valid_port_name(target))
         elif target is not None:
             causes.extend(v.invalid(f"{path}.targetPort", target, m) for m in v.is_valid_port_num(target))
+        app_protocol = port.get("appProtocol")
+        if app_protocol is not None:
+            causes.extend(v.invalid(f"{path}.appProtocol", app_protocol, m) for m in v.is_qualified_name(app_protocol))
         node_port = port.get("nodePort")
-        if node_port and kind == "ClusterIP":
-            causes.append(v.forbidden(f"{path}.nodePort", "may not be used when `type` is 'ClusterIP'"))
+        if node_port:
+            if (protocol, node_port) in node_ports:
+                causes.append(v.duplicate(f"{path}.nodePort", node_port))
+            node_ports.add((protocol, node_port))
         key = (number, protocol)
         if key in seen:
             causes.append(v.duplicate(path, {"port": number, "protocol": protocol}))
@@ -373,7 +628,7 @@ def _drop_type_dependent_fields(new: Obj, old: Obj) -> None:
     if needs_health_check_port(old) and not needs_health_check_port(new):
         if spec.get("healthCheckNodePort") == old_spec.get("healthCheckNodePort"):
             spec.pop("healthCheckNodePort", None)
-    if spec.get("type") not in ("NodePort", "LoadBalancer"):
+    if not externally_accessible(new):
         if spec.get("externalTrafficPolicy") == old_spec.get("externalTrafficPolicy"):
             spec.pop("externalTrafficPolicy", None)
     if spec.get("type") != "LoadBalancer":

@@ -13,6 +13,7 @@ import base64
 import copy
 import dataclasses
 import ipaddress
+import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -25,7 +26,7 @@ from apiserver.registry import conversion
 from apiserver.registry.strategy import Obj, Strategy
 from apiserver.storage.cache import Entry, ResourceCache, WatchCache, decode
 from apiserver.storage.etcd import KV, Compacted, EtcdStore, KeyExists, RevisionMismatch
-from services.api import errors
+from services.api import errors, nesting
 from services.api.catalog import Resource
 from services.api.fieldmanager import InvalidApply, update_managed_fields
 from services.api.fieldmanager import apply as fm_apply
@@ -105,14 +106,34 @@ def encode_continue(revision: int, start_key: str) -> str:
 
 
 def decode_continue(token: str) -> tuple[int, str]:
+    """(revision, start key below the prefix) of a continue token, checked as upstream's DecodeContinue: a
+    revision of 0 or a start key that climbs out of the prefix is refused; a negative revision (upstream's
+    inconsistent continuation) asks for the newest revision, returned as 0 here."""
     try:
         padded = token + "=" * (-len(token) % 4)
         data = orjson.loads(base64.urlsafe_b64decode(padded))
-        if not isinstance(data, dict) or data.get("v") != "meta.k8s.io/v1":
-            raise ValueError("bad version")
-        return int(data["rv"]), str(data["start"])
-    except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
-        raise errors.bad_request(f"invalid continue token: continue key is not valid: {exc}") from exc
+    except (ValueError, orjson.JSONDecodeError) as exc:
+        raise _bad_continue(f"continue key is not valid: {exc}") from exc
+    if not isinstance(data, dict):
+        raise _bad_continue("continue key is not valid: not an object")
+    version, rv, start = data.get("v", ""), data.get("rv", 0), data.get("start", "")
+    if not isinstance(rv, int) or isinstance(rv, bool) or not isinstance(start, str) or not isinstance(version, str):
+        raise _bad_continue("continue key is not valid: a field has the wrong type")
+    if version != "meta.k8s.io/v1":
+        raise _bad_continue(f"continue key is not valid: server does not recognize this encoded version {version}")
+    if rv == 0:
+        raise _bad_continue("continue key is not valid: incorrect encoded start resourceVersion "
+                            "(version meta.k8s.io/v1)")
+    if not start:
+        raise _bad_continue("continue key is not valid: encoded start key empty (version meta.k8s.io/v1)")
+    key = start if start.startswith("/") else "/" + start
+    if posixpath.normpath(key) != key or key.startswith("//"):
+        raise _bad_continue(f"continue key is not valid: {start}")
+    return max(rv, 0), key[1:]
+
+
+def _bad_continue(why: str) -> errors.StatusError:
+    return errors.bad_request(f"invalid continue token: {why}")
 
 
 class RESTStore:
@@ -221,21 +242,8 @@ class RESTStore:
         """Matching objects (cache entries or decoded objects) and the list metadata."""
         pred = self.predicate(opts)
         rv_match = opts.resource_version_match
-        invalid: list[dict[str, str]] = []
-        if rv_match and rv_match not in ("NotOlderThan", "Exact"):
-            invalid.append(errors.cause("resourceVersionMatch", f'Unsupported value: "{rv_match}": supported values: '
-                                        '"Exact", "NotOlderThan"', "FieldValueNotSupported"))
-        elif rv_match and not opts.resource_version:
-            invalid.append(errors.cause("resourceVersionMatch", "Forbidden: resourceVersionMatch is forbidden "
-                                        "unless resourceVersion is provided", "FieldValueForbidden"))
-        elif rv_match == "Exact" and opts.resource_version == "0":
-            invalid.append(errors.cause("resourceVersionMatch", 'Forbidden: resourceVersionMatch "exact" is '
-                                        'forbidden for resourceVersion "0"', "FieldValueForbidden"))
         if opts.continue_token and opts.resource_version not in ("", "0"):
-            invalid.append(errors.cause("resourceVersion", "Forbidden: specifying resource version is not "
-                                        "allowed when using continue", "FieldValueForbidden"))
-        if invalid:
-            raise errors.invalid("ListOptions", "meta.k8s.io", "", invalid)
+            raise errors.bad_request("specifying resource version is not allowed when using continue")
         if opts.continue_token or (opts.limit > 0 and opts.resource_version != "0") or rv_match == "Exact":
             return await self._list_etcd(namespace, opts, pred)
         rv = self._parse_rv(opts.resource_version) if opts.resource_version else None
@@ -837,11 +845,19 @@ class RESTStore:
         return deleted
 
 
+#: upstream's maxJSONPatchOperations and JSONPatchMaxCopyBytes (the apiserver's default, 3 MiB)
+MAX_JSON_PATCH_OPERATIONS = 10000
+JSON_PATCH_MAX_COPY_BYTES = 3 * 1024 * 1024
+
+
 def apply_patch(patch_type: str, current: Obj, patch: Any) -> Obj:
     """The object after a patch of the given type, or a 4xx naming what is wrong with the patch."""
+    if patch_type == "json" and isinstance(patch, list) and len(patch) > MAX_JSON_PATCH_OPERATIONS:
+        raise errors.too_large(f"Request entity too large: The allowed maximum operations in a JSON patch is "
+                               f"{MAX_JSON_PATCH_OPERATIONS}, got {len(patch)}")
     try:
         if patch_type == "json":
-            result = json_patch(current, patch)
+            result = json_patch(current, patch, JSON_PATCH_MAX_COPY_BYTES)
         elif patch_type == "merge":
             if not isinstance(patch, dict):
                 raise errors.bad_request("the patch must be a JSON object")
@@ -860,4 +876,7 @@ def apply_patch(patch_type: str, current: Obj, patch: Any) -> Obj:
         raise errors.StatusError(422, "Invalid", exc.message) from exc
     if not isinstance(result, dict):
         raise errors.bad_request("the patched object is not a JSON object")
+    if patch_type == "json" and nesting.too_deep(result):
+        # A JSON patch can put a deep value at a deep path; merge patches nest no deeper than their input.
+        raise errors.bad_request(nesting.TOO_DEEP)
     return result

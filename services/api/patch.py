@@ -11,6 +11,8 @@ import json
 import re
 from typing import Any
 
+import orjson
+
 
 class PatchError(ValueError):
     """A patch that cannot be applied; `code` is the HTTP status upstream answers with.
@@ -376,11 +378,25 @@ _OPERATIONS = {
 }
 
 
-def json_patch(target: Any, operations: Any) -> Any:
+def _copied_size(doc: Any, op: dict[str, Any]) -> int:
+    """The encoded size of what a copy operation would copy (0 when it cannot apply: it fails by itself)."""
+    try:
+        _, tokens = _pointer(op, "copy", "from")
+        parent = _parent(doc, tokens)
+        if parent is _MISSING:
+            return 0
+        return len(orjson.dumps(_get(parent, tokens[-1])))
+    except (PatchError, _InnerError, orjson.JSONEncodeError):
+        return 0
+
+
+def json_patch(target: Any, operations: Any, copy_limit: int = 0) -> Any:
     """Apply an RFC 6902 patch atomically: either every operation applies or PatchError is raised.
 
     A null patch is no operations, as upstream decodes it. Limits on the number of operations are
-    the caller's business (upstream's apiserver allows 10,000).
+    the caller's business (upstream's apiserver allows 10,000). `copy_limit` bounds the bytes all copy
+    operations together may add (evanphx/json-patch's AccumulatedCopySizeLimit): each copy can double
+    the document, so without it a short patch grows it exponentially.
     """
     if operations is None:
         return _copy(target)
@@ -394,10 +410,16 @@ def json_patch(target: Any, operations: Any) -> Any:
                 f"json: cannot unmarshal {_go_json_type(op)} into Go value of type jsonpatch.Operation", 400
             )
     doc = _copy(target)
+    copied = 0
     for op in operations:
         kind = (op or {}).get("op")
         apply = _OPERATIONS.get(kind) if isinstance(kind, str) else None
         if apply is None:
             raise PatchError(f"Unexpected kind: {kind if isinstance(kind, str) else 'unknown'}")
+        if apply is _op_copy and copy_limit:
+            copied += _copied_size(doc, op)
+            if copied > copy_limit:
+                raise PatchError(f"Unable to complete the copy, the accumulated size increase of copy is {copied}, "
+                                 f"exceeding the limit {copy_limit}")
         doc = apply(doc, op)
     return doc

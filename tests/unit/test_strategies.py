@@ -356,8 +356,9 @@ def test_service_cluster_ip_is_immutable() -> None:
     new["spec"]["clusterIP"] = "10.96.0.6"
     new["spec"]["clusterIPs"] = ["10.96.0.6"]
     _, causes = update("", "services", new, old)
-    assert causes == [{"reason": "FieldValueInvalid", "field": "spec.clusterIP",
-                       "message": 'Invalid value: "10.96.0.6": field is immutable'}]
+    # Upstream's validateUpgradeDowngradeClusterIPs: the primary IP may not change once set.
+    assert causes == [{"reason": "FieldValueInvalid", "field": "spec.clusterIPs[0]",
+                       "message": 'Invalid value: ["10.96.0.6"]: may not change once set'}]
 
 
 def test_service_field_set() -> None:

@@ -194,6 +194,27 @@ def test_pod_restartable_init_container_counts_as_ready() -> None:
     assert cells(PODS, p)[1:4] == ["2/2", "Running", "3"]
 
 
+def test_pod_initialized_main_container_initializing() -> None:
+    p = pod([{"name": "app"}], [{"name": "app", "state": {"waiting": {"reason": "PodInitializing"}}}],
+            phase="Pending", init=INIT, init_statuses=[{"name": n, "state": {"terminated": {"exitCode": 0}}}
+                                                       for n in ("init-a", "init-b")],
+            conditions=[{"type": "Initialized", "status": "True"}])
+    assert cells(PODS, p)[1:4] == ["0/1", "PodInitializing", "0"]
+
+
+def test_pod_sidecar_not_yet_started_holds_initialization() -> None:
+    p = pod([{"name": "app"}], [{"name": "app", "state": {"waiting": {"reason": "PodInitializing"}}}],
+            phase="Pending", init=[{"name": "sidecar", "restartPolicy": "Always"}, {"name": "migrate"}],
+            init_statuses=[{"name": "sidecar", "started": False, "state": {"running": {}}},
+                           {"name": "migrate", "state": {"waiting": {"reason": "PodInitializing"}}}])
+    assert cells(PODS, p)[1:3] == ["0/2", "Init:0/2"]
+    started = pod([{"name": "app"}], [{"name": "app", "state": {"waiting": {"reason": "PodInitializing"}}}],
+                  phase="Pending", init=[{"name": "sidecar", "restartPolicy": "Always"}, {"name": "migrate"}],
+                  init_statuses=[{"name": "sidecar", "started": True, "ready": True, "state": {"running": {}}},
+                                 {"name": "migrate", "state": {"running": {}}}])
+    assert cells(PODS, started)[1:3] == ["1/2", "Init:1/2"]
+
+
 def test_pod_scheduling_gated() -> None:
     p = pod([{"name": "a"}], [], phase="Pending",
             conditions=[{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}])
@@ -311,6 +332,18 @@ def test_job_status_completions_duration() -> None:
     assert cells(jobs, deleting)[1] == "Terminating"
     parallel = {**base, "spec": {**base["spec"], "completions": None, "parallelism": 3}, "status": {"succeeded": 2}}
     assert cells(jobs, parallel)[2] == "2/1 of 3"
+
+
+@pytest.mark.parametrize(("conditions", "state"), [
+    ([{"type": "SuccessCriteriaMet", "status": "True"}], "SuccessCriteriaMet"),
+    ([{"type": "SuccessCriteriaMet", "status": "True"}, {"type": "Complete", "status": "True"}], "Complete"),
+    ([{"type": "FailureTarget", "status": "True"}], "FailureTarget"),
+    ([{"type": "FailureTarget", "status": "False"}, {"type": "SuccessCriteriaMet", "status": "False"}], "Running"),
+])
+def test_job_status_of_success_policy_and_failure_target(conditions: list[dict[str, str]], state: str) -> None:
+    job = {"metadata": meta("j", timedelta(minutes=1)), "spec": {"completions": 3, "template": TEMPLATE},
+           "status": {"conditions": conditions}}
+    assert cells(res("batch", "jobs"), job)[1] == state
 
 
 def test_cronjob() -> None:
