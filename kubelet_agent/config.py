@@ -84,6 +84,7 @@ class Settings:
     authorization_mode: str = "Webhook"
     authorized_ttl: float = 300.0
     unauthorized_ttl: float = 30.0
+    allow_privileged: bool = True
 
 
 def parser() -> argparse.ArgumentParser:
@@ -143,6 +144,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-parallel-pod-starts", type=int, default=None,
                    help="sandbox creations and container starts in flight at once, oldest pod first "
                         "(default: four per CPU)")
+    p.add_argument("--allow-privileged", type=parse_bool, nargs="?", const=True, default=None,
+                   help="run containers that ask for securityContext.privileged (default true); when false, "
+                        "such pods are rejected with reason Forbidden")
     p.add_argument("--hollow", action="store_true", help="simulate containers in memory")
     p.add_argument("--hollow-nodes", type=int, default=0, help="run N hollow kubelets named <name>-<i>")
     return p
@@ -222,7 +226,7 @@ def settings(args: argparse.Namespace) -> Settings:
                        ("non_masquerade_cidr", "non_masquerade_cidr"),
                        ("max_parallel_pod_starts", "max_parallel_pod_starts"), ("anonymous_auth", "anonymous_auth"),
                        ("token_webhook", "authentication_token_webhook"),
-                       ("authorization_mode", "authorization_mode")):
+                       ("authorization_mode", "authorization_mode"), ("allow_privileged", "allow_privileged")):
         value = getattr(args, flag)
         if value is not None:
             setattr(s, attr, value)
