@@ -89,10 +89,10 @@ async def main(argv: list[str]) -> None:
     api: KubeletServer | None = None
     if s.hollow_nodes:
         runner = HollowNodes(client, s.hostname, s.hollow_nodes, options(s), labels=s.labels, taints=s.taints,
-                             max_pods=s.max_pods)
+                             max_pods=s.max_pods, stages=s.hollow_stages)
     else:
         if s.hollow:
-            runtime = HollowRuntime()
+            runtime = HollowRuntime(stages=s.hollow_stages)
         else:
             from kubelet_agent.cri.remote import RemoteRuntime
 

@@ -10,11 +10,13 @@ from typing import Any
 
 import yaml
 
+from kubelet_agent.cri.stages import DEFAULT_JOB_DURATION, Stage, default_stages, load_stages
 from kubelet_agent.eviction import parse_eviction_flag, parse_thresholds
 from kubelet_agent.node import parse_taint
 from services.api.quantity import format_quantity, parse_quantity
 from services.runtime import base_parser
 from services.runtime.durations import duration as parse_duration
+from services.runtime.durations import duration_flag
 
 DEFAULT_ENDPOINT = "unix:///run/containerd/containerd.sock"
 
@@ -85,6 +87,7 @@ class Settings:
     authorized_ttl: float = 300.0
     unauthorized_ttl: float = 30.0
     allow_privileged: bool = True
+    hollow_stages: list[Stage] | None = None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -149,6 +152,12 @@ def parser() -> argparse.ArgumentParser:
                         "such pods are rejected with reason Forbidden")
     p.add_argument("--hollow", action="store_true", help="simulate containers in memory")
     p.add_argument("--hollow-nodes", type=int, default=0, help="run N hollow kubelets named <name>-<i>")
+    p.add_argument("--hollow-job-duration", type=duration_flag, default=None,
+                   help="how long the containers of a Job's pod run on a hollow node before they exit 0 "
+                        f"(default {DEFAULT_JOB_DURATION:g}s)")
+    p.add_argument("--hollow-stages", default=None, metavar="FILE",
+                   help="YAML file of stages (kind HollowStages) replacing the default ones; the schema is "
+                        "described in kubelet_agent/cri/stages.py and the README")
     return p
 
 
@@ -257,6 +266,11 @@ def settings(args: argparse.Namespace) -> Settings:
     if args.cluster_dns:
         s.cluster_dns = [ip.strip() for ip in args.cluster_dns.split(",") if ip.strip()]
     s.hollow = bool(args.hollow or args.hollow_nodes)
+    if args.hollow_stages:
+        s.hollow_stages = load_stages(args.hollow_stages)
+    else:
+        job_duration = DEFAULT_JOB_DURATION if args.hollow_job_duration is None else args.hollow_job_duration
+        s.hollow_stages = default_stages(job_duration)
     s.hollow_nodes = args.hollow_nodes
     if not s.node_ips:
         s.node_ips = [_default_ip()]

@@ -9,6 +9,7 @@ import ipaddress
 from typing import Any
 
 from kubelet_agent.cri.hollow import HollowRuntime
+from kubelet_agent.cri.stages import Stage
 from kubelet_agent.kubelet import Kubelet, KubeletOptions
 from kubelet_agent.node import NODES, HostInfo, NodeConfig
 from kubelet_agent.pods.status import PODS, StatusManager
@@ -23,7 +24,7 @@ def hollow_node_ip(index: int) -> str:
 class HollowNodes:
     def __init__(self, client: Client, prefix: str, count: int, options: KubeletOptions, *,
                  labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None,
-                 max_pods: int = 110, start_concurrency: int = 50) -> None:
+                 max_pods: int = 110, start_concurrency: int = 50, stages: list[Stage] | None = None) -> None:
         self.client = client
         self.status = StatusManager(client, concurrency=32)
         self.kubelets: dict[str, Kubelet] = {}
@@ -35,7 +36,7 @@ class HollowNodes:
             config = NodeConfig(name=name, node_ips=[hollow_node_ip(i)], host=host, runtime_version="",
                                 max_pods=max_pods, labels={"pyk8s.io/hollow": "true", **(labels or {})},
                                 taints=list(taints or []))
-            runtime = HollowRuntime(pod_cidr=f"10.{128 + i // 256}.{i % 256}.0/24")
+            runtime = HollowRuntime(pod_cidr=f"10.{128 + i // 256}.{i % 256}.0/24", stages=stages)
             self.kubelets[name] = Kubelet(client, runtime, config, options, self.status, own_informer=False,
                                           nodes=self.nodes)
         # The kubelets never read managedFields and write status by patch, so the cache need not hold them.

@@ -158,6 +158,9 @@ class Kubelet:
         )
         self.rejections = self.ctx.events or EventRecorder(self.client, self.name)
         self.runtime.set_listener(self._on_runtime_event)
+        set_pod_lookup = getattr(self.runtime, "set_pod_lookup", None)
+        if set_pod_lookup is not None:
+            set_pod_lookup(self._pod_by_uid)
         if self._own_status:
             self.status.start()
         await self._ensure_lease_namespace()
@@ -396,6 +399,10 @@ class Kubelet:
         await worker.done.wait()
         if self.workers.get(uid) is worker:
             del self.workers[uid]
+
+    def _pod_by_uid(self, pod_uid: str) -> dict[str, Any] | None:
+        worker = self.workers.get(pod_uid)
+        return worker.pod if worker is not None else None
 
     def _on_runtime_event(self, pod_uid: str) -> None:
         worker = self.workers.get(pod_uid)
