@@ -270,6 +270,8 @@ def settings(args: argparse.Namespace) -> Settings:
         s.hollow_stages = load_stages(args.hollow_stages)
     else:
         job_duration = DEFAULT_JOB_DURATION if args.hollow_job_duration is None else args.hollow_job_duration
+        if job_duration < 0:
+            raise ValueError(f"--hollow-job-duration must not be negative, not {args.hollow_job_duration}")
         s.hollow_stages = default_stages(job_duration)
     s.hollow_nodes = args.hollow_nodes
     if not s.node_ips:
