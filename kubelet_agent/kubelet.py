@@ -115,6 +115,7 @@ class Kubelet:
         self._own_node_informer = nodes is None
         #: pods whose node-dependent rejection waits for a fresh read of the Node, by UID
         self._rechecking: dict[str, dict[str, Any]] = {}
+        self._recheck_tasks: set[asyncio.Task[None]] = set()
         self._cidr_seen = asyncio.Event()
         self.eviction: EvictionManager | None = None
         self._runtime_stats: RuntimeStats | None = None
@@ -227,9 +228,9 @@ class Kubelet:
 
     async def stop(self) -> None:
         """Stop the agent; containers keep running and are adopted by the next kubelet."""
-        for task in self._tasks:
+        for task in [*self._tasks, *self._recheck_tasks]:
             task.cancel()
-        for task in self._tasks:
+        for task in [*self._tasks, *self._recheck_tasks]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         if self.informer is not None:
@@ -322,7 +323,9 @@ class Kubelet:
         verdict = self._admit(pod)
         if verdict is not None and verdict[0] in NODE_DEPENDENT:
             self._rechecking[uid] = pod
-            asyncio.get_running_loop().create_task(self._admit_against_fresh_node(uid))
+            task = asyncio.get_running_loop().create_task(self._admit_against_fresh_node(uid))
+            self._recheck_tasks.add(task)
+            task.add_done_callback(self._recheck_tasks.discard)
             return
         self._spawn(pod, rejection=self._rejected(pod, verdict))
 

@@ -151,3 +151,40 @@ def test_kubelet_admits_against_the_watched_node() -> None:
 
     kubelet.node_informer = Watched()  # type: ignore[assignment]
     assert kubelet._admit(wanted) is None
+
+
+async def test_node_dependent_rejection_is_checked_against_a_fresh_read() -> None:
+    """A pod that arrives before the watch delivers the label it needs is admitted after a quorum read."""
+    fresh = {"metadata": {"name": "n1", "labels": {"disk": "ssd"}}, "spec": {}}
+    reads: list[str] = []
+
+    class Api:
+        async def get(self, resource: Any, name: str) -> dict[str, Any]:
+            reads.append(name)
+            return fresh
+
+    config = NodeConfig(name="n1", node_ips=["1.2.3.4"], host=HostInfo.hollow(), runtime_version="", max_pods=5)
+    runtime = HollowRuntime()
+    kubelet = Kubelet(Api(), runtime, config, KubeletOptions(), StatusManager(None))  # type: ignore[arg-type]
+    kubelet.agent.node = {"metadata": {"name": "n1", "labels": {}}, "spec": {}}
+    kubelet.ctx = NodeContext(node_name="n1", client=None, runtime=runtime, status=kubelet.status,  # type: ignore[arg-type]
+                              host_ips=["1.2.3.4"], allocatable=ALLOC, root_dir="/tmp")
+    kubelet.on_pod(pod(nodeSelector={"disk": "ssd"}))
+    assert "u1" not in kubelet.workers
+    for _ in range(50):
+        if "u1" in kubelet.workers:
+            break
+        await asyncio.sleep(0.01)
+    assert reads == ["n1"] and kubelet.workers["u1"].rejected is None
+    fresh["metadata"]["labels"] = {}
+    other = pod(nodeSelector={"disk": "ssd"})
+    other["metadata"]["uid"] = "u2"
+    kubelet.on_pod(other)
+    for _ in range(50):
+        if "u2" in kubelet.workers:
+            break
+        await asyncio.sleep(0.01)
+    assert kubelet.workers["u2"].rejected == (
+        "NodeAffinity", "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node "
+        "affinity/selector")
+    await asyncio.gather(*(w.stop() for w in kubelet.workers.values()))
