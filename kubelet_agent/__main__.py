@@ -30,7 +30,8 @@ def options(s: Settings) -> KubeletOptions:
                           eviction_soft=s.eviction_soft, eviction_soft_grace_period=s.eviction_soft_grace_period,
                           eviction_minimum_reclaim=s.eviction_minimum_reclaim,
                           eviction_max_pod_grace_period=s.eviction_max_pod_grace_period,
-                          eviction_pressure_transition=s.eviction_pressure_transition, housekeeping=s.housekeeping)
+                          eviction_pressure_transition=s.eviction_pressure_transition, housekeeping=s.housekeeping,
+                          allow_privileged=s.allow_privileged)
 
 
 def node_config(s: Settings) -> NodeConfig:
@@ -88,10 +89,10 @@ async def main(argv: list[str]) -> None:
     api: KubeletServer | None = None
     if s.hollow_nodes:
         runner = HollowNodes(client, s.hostname, s.hollow_nodes, options(s), labels=s.labels, taints=s.taints,
-                             max_pods=s.max_pods)
+                             max_pods=s.max_pods, stages=s.hollow_stages)
     else:
         if s.hollow:
-            runtime = HollowRuntime()
+            runtime = HollowRuntime(stages=s.hollow_stages)
         else:
             from kubelet_agent.cri.remote import RemoteRuntime
 

@@ -10,11 +10,13 @@ from typing import Any
 
 import yaml
 
+from kubelet_agent.cri.stages import DEFAULT_JOB_DURATION, Stage, default_stages, load_stages
 from kubelet_agent.eviction import parse_eviction_flag, parse_thresholds
 from kubelet_agent.node import parse_taint
 from services.api.quantity import format_quantity, parse_quantity
 from services.runtime import base_parser
 from services.runtime.durations import duration as parse_duration
+from services.runtime.durations import duration_flag
 
 DEFAULT_ENDPOINT = "unix:///run/containerd/containerd.sock"
 
@@ -84,6 +86,8 @@ class Settings:
     authorization_mode: str = "Webhook"
     authorized_ttl: float = 300.0
     unauthorized_ttl: float = 30.0
+    allow_privileged: bool = True
+    hollow_stages: list[Stage] | None = None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -143,8 +147,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-parallel-pod-starts", type=int, default=None,
                    help="sandbox creations and container starts in flight at once, oldest pod first "
                         "(default: four per CPU)")
+    p.add_argument("--allow-privileged", type=parse_bool, nargs="?", const=True, default=None,
+                   help="run containers that ask for securityContext.privileged (default true); when false, "
+                        "such pods are rejected with reason Forbidden")
     p.add_argument("--hollow", action="store_true", help="simulate containers in memory")
     p.add_argument("--hollow-nodes", type=int, default=0, help="run N hollow kubelets named <name>-<i>")
+    p.add_argument("--hollow-job-duration", type=duration_flag, default=None,
+                   help="how long the containers of a Job's pod run on a hollow node before they exit 0 "
+                        f"(default {DEFAULT_JOB_DURATION:g}s)")
+    p.add_argument("--hollow-stages", default=None, metavar="FILE",
+                   help="YAML file of stages (kind HollowStages) replacing the default ones; the schema is "
+                        "described in kubelet_agent/cri/stages.py and the README")
     return p
 
 
@@ -222,7 +235,7 @@ def settings(args: argparse.Namespace) -> Settings:
                        ("non_masquerade_cidr", "non_masquerade_cidr"),
                        ("max_parallel_pod_starts", "max_parallel_pod_starts"), ("anonymous_auth", "anonymous_auth"),
                        ("token_webhook", "authentication_token_webhook"),
-                       ("authorization_mode", "authorization_mode")):
+                       ("authorization_mode", "authorization_mode"), ("allow_privileged", "allow_privileged")):
         value = getattr(args, flag)
         if value is not None:
             setattr(s, attr, value)
@@ -253,6 +266,13 @@ def settings(args: argparse.Namespace) -> Settings:
     if args.cluster_dns:
         s.cluster_dns = [ip.strip() for ip in args.cluster_dns.split(",") if ip.strip()]
     s.hollow = bool(args.hollow or args.hollow_nodes)
+    if args.hollow_stages:
+        s.hollow_stages = load_stages(args.hollow_stages)
+    else:
+        job_duration = DEFAULT_JOB_DURATION if args.hollow_job_duration is None else args.hollow_job_duration
+        if job_duration < 0:
+            raise ValueError(f"--hollow-job-duration must not be negative, not {args.hollow_job_duration}")
+        s.hollow_stages = default_stages(job_duration)
     s.hollow_nodes = args.hollow_nodes
     if not s.node_ips:
         s.node_ips = [_default_ip()]

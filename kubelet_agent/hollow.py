@@ -1,5 +1,6 @@
 """Many simulated kubelets in one process (like kubemark/kwok): each has its own Node, Lease and
-hollow runtime; they share one API client, one status sender and one pod watch dispatched by node."""
+hollow runtime; they share one API client, one status sender, one pod watch dispatched by node, and
+one Node watch whose cache (keyed by name) each kubelet reads its own Node from for admission."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import ipaddress
 from typing import Any
 
 from kubelet_agent.cri.hollow import HollowRuntime
+from kubelet_agent.cri.stages import Stage
 from kubelet_agent.kubelet import Kubelet, KubeletOptions
-from kubelet_agent.node import HostInfo, NodeConfig
+from kubelet_agent.node import NODES, HostInfo, NodeConfig
 from kubelet_agent.pods.status import PODS, StatusManager
 from services.client import Client
 from services.informers import Informer, strip_managed_fields
@@ -22,19 +24,21 @@ def hollow_node_ip(index: int) -> str:
 class HollowNodes:
     def __init__(self, client: Client, prefix: str, count: int, options: KubeletOptions, *,
                  labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None,
-                 max_pods: int = 110, start_concurrency: int = 50) -> None:
+                 max_pods: int = 110, start_concurrency: int = 50, stages: list[Stage] | None = None) -> None:
         self.client = client
         self.status = StatusManager(client, concurrency=32)
         self.kubelets: dict[str, Kubelet] = {}
         self.start_concurrency = start_concurrency
         host = HostInfo.hollow()
+        self.nodes = Informer(client, NODES, transform=strip_managed_fields)
         for i in range(count):
             name = f"{prefix}-{i}"
             config = NodeConfig(name=name, node_ips=[hollow_node_ip(i)], host=host, runtime_version="",
                                 max_pods=max_pods, labels={"pyk8s.io/hollow": "true", **(labels or {})},
                                 taints=list(taints or []))
-            runtime = HollowRuntime(pod_cidr=f"10.{128 + i // 256}.{i % 256}.0/24")
-            self.kubelets[name] = Kubelet(client, runtime, config, options, self.status, own_informer=False)
+            runtime = HollowRuntime(pod_cidr=f"10.{128 + i // 256}.{i % 256}.0/24", stages=stages)
+            self.kubelets[name] = Kubelet(client, runtime, config, options, self.status, own_informer=False,
+                                          nodes=self.nodes)
         # The kubelets never read managedFields and write status by patch, so the cache need not hold them.
         self.informer = Informer(client, PODS, field_selector="spec.nodeName!=", transform=strip_managed_fields)
         self.informer.add_event_handler(self._add, lambda _o, n: self._add(n), self._delete)
@@ -57,10 +61,13 @@ class HollowNodes:
             async with sem:
                 await k.start()
 
+        self.nodes.start()
         await asyncio.gather(*(one(k) for k in self.kubelets.values()))
+        await self.nodes.wait_for_sync()
         self.informer.start()
 
     async def stop(self) -> None:
         await self.informer.stop()
+        await self.nodes.stop()
         await asyncio.gather(*(k.stop() for k in self.kubelets.values()))
         await self.status.stop()

@@ -26,7 +26,7 @@ from kubelet_agent.eviction import (
     parse_thresholds,
 )
 from kubelet_agent.node import NODES, NodeAgent, NodeConfig
-from kubelet_agent.pods.admission import admit
+from kubelet_agent.pods.admission import NODE_DEPENDENT, admit
 from kubelet_agent.pods.events import EventRecorder
 from kubelet_agent.pods.gate import StartGate
 from kubelet_agent.pods.netns import Dialer
@@ -67,6 +67,7 @@ class KubeletOptions:
     eviction_minimum_reclaim: dict[str, str] = field(default_factory=dict)
     eviction_max_pod_grace_period: int = 0
     eviction_pressure_transition: float = 300.0
+    allow_privileged: bool = True
 
 
 def read_resolv_conf(path: str) -> tuple[list[str], list[str], list[str]]:
@@ -89,7 +90,10 @@ def read_resolv_conf(path: str) -> tuple[list[str], list[str], list[str]]:
 
 class Kubelet:
     def __init__(self, client: Client, runtime: Runtime, node: NodeConfig, options: KubeletOptions,
-                 status: StatusManager | None = None, *, own_informer: bool = True) -> None:
+                 status: StatusManager | None = None, *, own_informer: bool = True,
+                 nodes: Informer | None = None) -> None:
+        """`nodes`, when given, is a Node informer shared with other kubelets of the process (hollow nodes);
+        otherwise the kubelet watches its own Node."""
         self.client = client
         self.runtime = runtime
         self.node_config = node
@@ -107,7 +111,11 @@ class Kubelet:
         self._tasks: list[asyncio.Task[None]] = []
         self._pending: list[tuple[str, dict[str, Any]]] = []
         self.pod_cidr = ""
-        self.node_informer: Informer | None = None
+        self.node_informer: Informer | None = nodes
+        self._own_node_informer = nodes is None
+        #: pods whose node-dependent rejection waits for a fresh read of the Node, by UID
+        self._rechecking: dict[str, dict[str, Any]] = {}
+        self._recheck_tasks: set[asyncio.Task[None]] = set()
         self._cidr_seen = asyncio.Event()
         self.eviction: EvictionManager | None = None
         self._runtime_stats: RuntimeStats | None = None
@@ -129,6 +137,11 @@ class Kubelet:
             self.agent.pressure = self.eviction.pressure
             await self.eviction.synchronize()
         node = await self.agent.register()
+        if self._own_node_informer:
+            self.node_informer = Informer(self.client, NODES, field_selector=f"metadata.name={self.name}",
+                                          transform=strip_managed_fields)
+            self.node_informer.add_event_handler(self._on_node, lambda _o, n: self._on_node(n))
+            self.node_informer.start()
         await self._start_network(node)
         simulated = self.runtime.simulated
         resolver = None if simulated else Resolver(self.client)
@@ -146,6 +159,9 @@ class Kubelet:
         )
         self.rejections = self.ctx.events or EventRecorder(self.client, self.name)
         self.runtime.set_listener(self._on_runtime_event)
+        set_pod_lookup = getattr(self.runtime, "set_pod_lookup", None)
+        if set_pod_lookup is not None:
+            set_pod_lookup(self._pod_by_uid)
         if self._own_status:
             self.status.start()
         await self._ensure_lease_namespace()
@@ -212,14 +228,14 @@ class Kubelet:
 
     async def stop(self) -> None:
         """Stop the agent; containers keep running and are adopted by the next kubelet."""
-        for task in self._tasks:
+        for task in [*self._tasks, *self._recheck_tasks]:
             task.cancel()
-        for task in self._tasks:
+        for task in [*self._tasks, *self._recheck_tasks]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         if self.informer is not None:
             await self.informer.stop()
-        if self.node_informer is not None:
+        if self.node_informer is not None and self._own_node_informer:
             await self.node_informer.stop()
         await asyncio.gather(*(w.stop() for w in self.workers.values()))
         if self._own_status:
@@ -244,9 +260,6 @@ class Kubelet:
         """
         cidr = (node.get("spec") or {}).get("podCIDR") or ""
         if self.manages_cni:
-            self.node_informer = Informer(self.client, NODES, field_selector=f"metadata.name={self.name}")
-            self.node_informer.add_event_handler(self._on_node, lambda _o, n: self._on_node(n))
-            self.node_informer.start()
             self._tasks.append(asyncio.create_task(self._follow_pod_cidr(), name=f"podcidr-{self.name}"))
             if not cidr and not self.node_config.pod_cidr:
                 with contextlib.suppress(TimeoutError):
@@ -260,8 +273,12 @@ class Kubelet:
             self._cidr_seen.set()
 
     def _node_cidr(self) -> str:
-        node = self.node_informer.get(self.name) if self.node_informer is not None else None
-        return str(((node or {}).get("spec") or {}).get("podCIDR") or "")
+        return str((self.current_node().get("spec") or {}).get("podCIDR") or "")
+
+    def current_node(self) -> dict[str, Any]:
+        """The Node as the watch last delivered it (upstream's node lister), else as registration wrote it."""
+        watched = self.node_informer.get(self.name) if self.node_informer is not None else None
+        return watched or self.agent.node or {"metadata": {"name": self.name}}
 
     async def _follow_pod_cidr(self) -> None:
         while True:
@@ -297,10 +314,37 @@ class Kubelet:
             return
         uid = pod["metadata"]["uid"]
         worker = self.workers.get(uid)
-        if worker is None:
-            self._spawn(pod, rejection=self._admit(pod))
-        else:
+        if worker is not None:
             worker.update(pod)
+            return
+        if uid in self._rechecking:
+            self._rechecking[uid] = pod
+            return
+        verdict = self._admit(pod)
+        if verdict is not None and verdict[0] in NODE_DEPENDENT:
+            self._rechecking[uid] = pod
+            task = asyncio.get_running_loop().create_task(self._admit_against_fresh_node(uid))
+            self._recheck_tasks.add(task)
+            task.add_done_callback(self._recheck_tasks.discard)
+            return
+        self._spawn(pod, rejection=self._rejected(pod, verdict))
+
+    async def _admit_against_fresh_node(self, uid: str) -> None:
+        """Check a node-affinity or taint rejection once more against a quorum read of the Node.
+
+        The pod and Node watches are separate streams: a pod bound just after a label or taint change
+        can arrive before the change does, and the scheduler (or the DaemonSet controller) that placed
+        it saw the newer Node. Only would-be rejections pay for the read.
+        """
+        try:
+            node = await self.client.get(NODES, self.name)
+        except Exception as exc:  # noqa: BLE001 - without a fresh read the watched Node decides
+            log.warning("node read for admission failed", node=self.name, error=repr(exc))
+            node = self.current_node()
+        pod = self._rechecking.pop(uid, None)
+        if pod is None or uid in self.workers:
+            return
+        self._spawn(pod, rejection=self._rejected(pod, self._admit(pod, node)))
 
     def on_pod_deleted(self, pod: dict[str, Any]) -> None:
         if self.ctx is None:
@@ -309,12 +353,14 @@ class Kubelet:
         if is_mirror(pod):
             self.mirrors.pop(pod["metadata"]["annotations"].get("kubernetes.io/config.mirror", ""), None)
             return
+        self._rechecking.pop(pod["metadata"]["uid"], None)
         worker = self.workers.get(pod["metadata"]["uid"])
         if worker is not None:
             worker.remove()
 
-    def _admit(self, pod: dict[str, Any]) -> tuple[str, str] | None:
-        """Admit a pod seen for the first time against the pods already admitted here.
+    def _admit(self, pod: dict[str, Any], node: dict[str, Any] | None = None) -> tuple[str, str] | None:
+        """Admit a pod seen for the first time against `node` (the watched Node by default) and the pods
+        already admitted here.
 
         A pod with a start time was accepted by a kubelet before (this one, before a restart), and a
         finished or deleted pod needs no room, so neither is checked again.
@@ -324,9 +370,14 @@ class Kubelet:
                 pod["metadata"].get("deletionTimestamp"):
             return None
         active = [w.pod for w in self.workers.values() if not w.terminal and w.rejected is None and not w.gone]
-        verdict = admit(pod, self.agent.node or {"metadata": {"name": self.name}}, active, self.agent.allocatable)
+        verdict = admit(pod, node or self.current_node(), active, self.agent.allocatable,
+                        allow_privileged=self.options.allow_privileged)
         if verdict is None and self.eviction is not None:
             verdict = admit_under_pressure(pod, self.eviction.pressure, qos_class(pod.get("spec") or {}))
+        return verdict
+
+    def _rejected(self, pod: dict[str, Any], verdict: tuple[str, str] | None) -> tuple[str, str] | None:
+        """Log and record (as a Warning event on the pod) a rejection; returns the verdict."""
         if verdict is not None and self.rejections is not None:
             log.info("pod rejected", pod=f"{pod['metadata'].get('namespace')}/{pod['metadata'].get('name')}",
                      reason=verdict[0], message=verdict[1])
@@ -351,6 +402,10 @@ class Kubelet:
         await worker.done.wait()
         if self.workers.get(uid) is worker:
             del self.workers[uid]
+
+    def _pod_by_uid(self, pod_uid: str) -> dict[str, Any] | None:
+        worker = self.workers.get(pod_uid)
+        return worker.pod if worker is not None else None
 
     def _on_runtime_event(self, pod_uid: str) -> None:
         worker = self.workers.get(pod_uid)
@@ -399,7 +454,7 @@ class Kubelet:
                 await self._create_mirror(pod)
 
     async def _create_mirror(self, pod: dict[str, Any]) -> None:
-        body = mirror_of(pod, self.agent.node)
+        body = mirror_of(pod, self.current_node())
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         try:
             created = await self.client.create(PODS, body, ns)

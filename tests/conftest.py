@@ -50,11 +50,12 @@ def hollow_kubelet_args(kubeconfig: Path, prefix: str, count: int = 1, *extra: s
 
 
 @contextlib.contextmanager
-def hollow_kubelet_process(kubeconfig: Path, log_path: Path, prefix: str,
-                           count: int = 1) -> Iterator[subprocess.Popen[bytes]]:
-    """Hollow nodes for the duration of the block (the process logs to `log_path`)."""
+def hollow_kubelet_process(kubeconfig: Path, log_path: Path, prefix: str, count: int = 1,
+                           *extra: str) -> Iterator[subprocess.Popen[bytes]]:
+    """Hollow nodes for the duration of the block (the process logs to `log_path`); `extra` are more flags."""
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(hollow_kubelet_args(kubeconfig, prefix, count), cwd=REPO, stdout=log, stderr=log)
+        proc = subprocess.Popen(hollow_kubelet_args(kubeconfig, prefix, count, *extra), cwd=REPO, stdout=log,
+                                stderr=log)
     try:
         yield proc
     finally:

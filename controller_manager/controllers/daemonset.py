@@ -2,7 +2,8 @@
 taints against the template's tolerations plus the ones upstream adds to every daemon pod),
 each pinned to its node by a required node-affinity term on metadata.name and left to the
 scheduler to bind; RollingUpdate (maxUnavailable, maxSurge) or OnDelete over ControllerRevisions;
-the status `kubectl rollout status ds` reads.
+the status `kubectl rollout status ds` reads. A node whose kubelet rejects the daemon pod is retried
+with back-off per node (upstream's failedPodsBackoff), not in a hot loop.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from services.api.intstr import scaled_value as int_or_percent
 from services.api.nodeaffinity import required_node_affinity_matches, tolerations_tolerate
 from services.api.selectors import LabelSelector
 from services.client import NotFound
+from services.client.flowcontrol import Backoff
 
 NAME = "daemonset"
 
@@ -39,6 +41,8 @@ DAEMON_TOLERATIONS = (
     ("node.kubernetes.io/unschedulable", "NoSchedule"),
 )
 NETWORK_UNAVAILABLE = ("node.kubernetes.io/network-unavailable", "NoSchedule")
+#: upstream's failedPodsBackoff: deleting a node's failed daemon pod waits 1 s, doubling to 15 min
+FAILED_POD_BACKOFF = (1.0, 900.0)
 
 
 def new(ctx: ControllerContext) -> DaemonSetController:
@@ -176,6 +180,7 @@ class DaemonSetController(QueueController):
         self.nodes = ctx.informer(NODES)
         self.revisions = ctx.informer(CONTROLLER_REVISIONS)
         self.recorder = ctx.recorder("daemonset-controller")
+        self.failed_pods_backoff = Backoff(*FAILED_POD_BACKOFF)
         super().__init__(
             "daemonset",
             [self.sets, self.pods, self.nodes, self.revisions],
@@ -208,6 +213,7 @@ class DaemonSetController(QueueController):
         ds = self.sets.get(name, namespace)
         if ds is None:
             return
+        self.failed_pods_backoff.gc()
         spec = ds.get("spec") or {}
         template = spec.get("template") or {}
         revisions = owned_revisions(ds, self.revisions.list(namespace))
@@ -239,10 +245,11 @@ class DaemonSetController(QueueController):
             run, stay = should_run(node, pod_spec)
             pods = [p for p in by_node.pop(node_name, []) if not p["metadata"].get("deletionTimestamp")]
             if run:
-                failed = [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
-                delete.extend(failed)
-                eligible[node_name] = [p for p in pods if p not in failed]
-                if not eligible[node_name]:
+                finished = self._finished_pods(ds, node_name, pods)
+                delete.extend(finished)
+                eligible[node_name] = [p for p in pods if (p.get("status") or {}).get("phase")
+                                       not in ("Failed", "Succeeded")]
+                if not pods:
                     create.append(node_name)
             elif pods:
                 misscheduled += 1
@@ -280,6 +287,29 @@ class DaemonSetController(QueueController):
         await truncate_history(self.client, ds, owned_revisions(ds, self.revisions.list(namespace)), live)
         if min_ready > 0 and any(is_ready(p) and not is_available(p, min_ready) for p in owned):
             raise RequeueAfter(float(min_ready))
+
+    def _finished_pods(self, ds: Obj, node_name: str, pods: list[Obj]) -> list[Obj]:
+        """The node's failed and succeeded daemon pods to delete now. A failed one waits out the node's
+        back-off first (the set is requeued for then): a kubelet that keeps rejecting the pod is not met
+        with a new pod every sync. A node with any of them gets its new pod once they are gone."""
+        out: list[Obj] = []
+        backoff = self.failed_pods_backoff
+        key = f"{ds['metadata']['uid']}/{(ds.get('status') or {}).get('observedGeneration', 0)}/{node_name}"
+        for pod in pods:
+            phase = (pod.get("status") or {}).get("phase")
+            where = f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']} on node {node_name}"
+            if phase == "Failed":
+                if backoff.in_backoff_since_update(key):
+                    self.enqueue_after(ds, backoff.current(key))
+                    continue
+                backoff.next(key)
+                self.recorder.warning(ds, "FailedDaemonPod", f"Found failed daemon pod {where}, will try to kill it")
+                out.append(pod)
+            elif phase == "Succeeded":
+                self.recorder.normal(ds, "SucceededDaemonPod",
+                                     f"Found succeeded daemon pod {where}, will try to delete it")
+                out.append(pod)
+        return out
 
     async def _apply(
         self, ds: Obj, template: Obj, update_hash: str, create: list[str], delete: list[Obj]

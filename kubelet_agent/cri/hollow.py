@@ -1,7 +1,8 @@
 """An in-memory runtime with the CRI client's interface, for hollow (simulated) nodes.
 
-Containers start at once and run until stopped; init containers exit 0 at
-once. A pod annotation scripts a container instead:
+Containers start at once; init containers exit 0 at once, and app containers end as the first
+matching stage says (kubelet_agent/cri/stages.py: by default, a Job's pods finish after a short run
+and every other container runs until stopped). A pod annotation scripts a container instead:
 `hollow.pyk8s.io/container.<name>: "exit=<code>,after=<seconds>"` makes it exit with that code
 (every time it runs, so a non-zero code crash-loops), `"fail=<message>"` makes its start fail.
 Ephemeral containers run like app containers (scripted the same way) and may name a target
@@ -16,8 +17,12 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import itertools
+import random
 import time
+from collections.abc import Callable
+from typing import Any
 
+from kubelet_agent.cri.stages import Stage, default_stages, select
 from kubelet_agent.cri.types import (
     ANNOTATION_RESTART_COUNT,
     CONTAINER_CREATED,
@@ -63,8 +68,11 @@ class HollowRuntime:
     name = "containerd"
     simulated = True
 
-    def __init__(self, pod_cidr: str = "10.250.0.0/24", version: str = "1.6.20") -> None:
+    def __init__(self, pod_cidr: str = "10.250.0.0/24", version: str = "1.6.20",
+                 stages: list[Stage] | None = None) -> None:
         self._version = version
+        self.stages = default_stages() if stages is None else stages
+        self._pods: Callable[[str], dict[str, Any] | None] | None = None
         self._listener: Listener | None = None
         self._sandboxes: dict[str, SandboxInfo] = {}
         self._containers: dict[str, ContainerInfo] = {}
@@ -79,6 +87,20 @@ class HollowRuntime:
 
     def set_listener(self, listener: Listener) -> None:
         self._listener = listener
+
+    def set_pod_lookup(self, lookup: Callable[[str], dict[str, Any] | None]) -> None:
+        """Where the stages read a pod (by UID) from: kwok's stages match on the whole object."""
+        self._pods = lookup
+
+    def _staged(self, pod_uid: str, container: str) -> dict[str, str]:
+        """The first matching stage's script for one run of an app container ({} runs it until stopped)."""
+        pod = self._pods(pod_uid) if self._pods is not None else None
+        if pod is None or not any(c.get("name") == container for c in (pod.get("spec") or {}).get("containers") or []):
+            return {}
+        stage = select(self.stages, pod, container)
+        if stage is None:
+            return {}
+        return stage.behavior(stage.delay + random.uniform(0, stage.jitter))  # noqa: S311 - timing, not secrets
 
     async def start(self) -> None:
         return None
@@ -147,6 +169,8 @@ class HollowRuntime:
             self._behavior[cid] = parse_behavior(behavior)
         elif spec.init:
             self._behavior[cid] = {"exit": "0"}
+        elif staged := self._staged(sandbox.uid, spec.name):
+            self._behavior[cid] = staged
         self._by_pod.setdefault(sandbox.uid, set()).add(cid)
         return cid
 

@@ -118,7 +118,7 @@ class RemoteRuntime:
             labels=spec.labels, annotations=spec.annotations,
             linux=pb.LinuxPodSandboxConfig(cgroup_parent=spec.cgroup_parent, sysctls=spec.sysctls,
                                            security_context=pb.LinuxSandboxSecurityContext(
-                                               namespace_options=ns_options)),
+                                               namespace_options=ns_options, privileged=spec.privileged)),
         )
 
     async def run_sandbox(self, spec: SandboxSpec) -> str:

@@ -68,6 +68,8 @@ class SandboxSpec:
     log_directory: str = ""
     cgroup_parent: str = ""
     sysctls: dict[str, str] = field(default_factory=dict)
+    #: a privileged container needs a privileged sandbox (CRI LinuxSandboxSecurityContext.privileged)
+    privileged: bool = False
 
 
 @dataclass

@@ -1,6 +1,7 @@
-"""Pod admission on the node, as upstream's predicate admit handler: a pod bound here that does not fit
-(resources, pod count, node affinity, host ports, untolerated NoExecute taints) is rejected once, when
-it first arrives, instead of being started."""
+"""Pod admission on the node, as upstream's predicate and privilege admit handlers: a pod bound here that
+does not fit (resources, pod count, node affinity, host ports, untolerated NoExecute taints) or asks for a
+privileged container the node does not allow is rejected once, when it first arrives, instead of being
+started."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ NODE_AFFINITY = ("NodeAffinity", "node(s) didn't match Pod's node affinity/selec
 NODE_NAME = ("NodeName", "node(s) didn't match the requested node name")
 NODE_PORTS = ("NodePorts", "node(s) didn't have free ports for the requested pod ports")
 TAINTS = ("TaintToleration", "node(s) had untolerated taint")
+#: verdicts that depend on the Node's labels and taints, which change under a running kubelet
+NODE_DEPENDENT = frozenset({NODE_AFFINITY[0], TAINTS[0]})
+FORBIDDEN = "Forbidden"
 
 
 def _scaled(name: str, value: Any) -> int:
@@ -79,12 +83,33 @@ def untolerated_no_execute(pod: dict[str, Any], node: dict[str, Any]) -> bool:
     return find_untolerated_taint(taints, tolerations, ("NoExecute",)) is not None
 
 
+def is_privileged(container: dict[str, Any]) -> bool:
+    return bool((container.get("securityContext") or {}).get("privileged"))
+
+
+def has_privileged_container(spec: dict[str, Any]) -> bool:
+    """Whether any init, app or ephemeral container asks to be privileged (its sandbox must be too)."""
+    return any(is_privileged(c) for key in ("initContainers", "containers", "ephemeralContainers")
+               for c in spec.get(key) or [])
+
+
+def privilege_verdict(pod: dict[str, Any]) -> tuple[str, str] | None:
+    """Upstream's privilege admit handler when --allow-privileged=false."""
+    spec, uid = pod.get("spec") or {}, pod["metadata"].get("uid", "")
+    for key, what in (("containers", "container"), ("initContainers", "init container")):
+        if any(is_privileged(c) for c in spec.get(key) or []):
+            return FORBIDDEN, f'pod with UID "{uid}" specified privileged {what}, but is disallowed'
+    return None
+
+
 def admit(pod: dict[str, Any], node: dict[str, Any], active: list[dict[str, Any]],
-          allocatable: dict[str, str], *, static: bool = False) -> tuple[str, str] | None:
+          allocatable: dict[str, str], *, static: bool = False,
+          allow_privileged: bool = True) -> tuple[str, str] | None:
     """None when `pod` fits next to the `active` pods, else (reason, message) for the first failing check.
 
-    Checks run in upstream's order (resources, node affinity, node name, host ports, NoExecute taints);
-    extended resources the node does not advertise are left to cluster-level allocation, as upstream.
+    Checks run in upstream's order (resources, node affinity, node name, host ports, NoExecute taints,
+    then privilege); extended resources the node does not advertise are left to cluster-level
+    allocation, as upstream.
     """
     capacity_pods = int(quantity(allocatable.get("pods", 0)))
     if len(active) + 1 > capacity_pods:
@@ -113,6 +138,8 @@ def admit(pod: dict[str, Any], node: dict[str, Any], active: list[dict[str, Any]
         return _predicate(NODE_PORTS)
     if not static and untolerated_no_execute(pod, node):
         return _predicate(TAINTS)
+    if not allow_privileged:
+        return privilege_verdict(pod)
     return None
 
 

@@ -35,6 +35,7 @@ from kubelet_agent.cri.types import (
     SandboxInfo,
     SandboxSpec,
 )
+from kubelet_agent.pods.admission import has_privileged_container
 from kubelet_agent.pods.backoff import RESET_AFTER_RUNNING, Backoff
 from kubelet_agent.pods.env import EnvError, build_env, expand
 from kubelet_agent.pods.events import EventRecorder
@@ -348,6 +349,7 @@ class PodWorker:
             port_mappings=ports, labels=labels, annotations=dict(meta.get("annotations") or {}),
             log_directory=f"/var/log/pods/{meta.get('namespace')}_{meta['name']}_{self.uid}",
             sysctls={s["name"]: s["value"] for s in (spec.get("securityContext") or {}).get("sysctls") or []},
+            privileged=has_privileged_container(spec),
         )
 
     def _dns(self) -> tuple[list[str], list[str], list[str]]:

@@ -305,3 +305,30 @@ def test_real_node_rejects_pod_over_allocatable(kubelet: KubeletProcess, kubectl
         "Pod was rejected: Node didn't have enough resource: cpu, requested: 500000, used: "), s
     assert "containerStatuses" not in s
     assert any(e["reason"] == "OutOfcpu" and e["type"] == "Warning" for e in events(kubectl, unique_ns, "huge"))
+
+
+def test_privileged_container_runs_in_a_privileged_sandbox(kubelet: KubeletProcess, kubectl: Kubectl,
+                                                           unique_ns: str) -> None:
+    """A privileged container (here an init container and an app container) runs, and can mount a
+    tmpfs, which the same command in an unprivileged container cannot."""
+    mount = ["sh", "-c", "mkdir -p /scratch && mount -t tmpfs none /scratch && touch /scratch/ok"]
+    apply(kubectl, unique_ns, {"metadata": {"name": "priv"}, "spec": {
+        "initContainers": [{"name": "init", "image": "busybox", "command": mount,
+                            "securityContext": {"privileged": True}}],
+        "containers": [{"name": "c", "image": "busybox", "securityContext": {"privileged": True},
+                        "command": [*mount[:2], f"{mount[2]} && sleep 3600"],
+                        "readinessProbe": {"exec": {"command": ["test", "-e", "/scratch/ok"]},
+                                           "periodSeconds": 1}}]}})
+    apply(kubectl, unique_ns, {"metadata": {"name": "plain"}, "spec": {
+        "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": mount}]}})
+    try:
+        s = wait(lambda: (st := status(kubectl, unique_ns, "priv")).get("containerStatuses") and
+                 st["containerStatuses"][0]["ready"] and st)
+    except AssertionError:
+        seen = [(e["reason"], e["message"]) for e in events(kubectl, unique_ns, "priv")]
+        raise AssertionError((status(kubectl, unique_ns, "priv"), seen)) from None
+    assert s["phase"] == "Running" and s["containerStatuses"][0]["restartCount"] == 0, s
+    assert s["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    plain = wait(lambda: (st := status(kubectl, unique_ns, "plain")).get("phase") in ("Succeeded", "Failed") and st)
+    assert plain["phase"] == "Failed", plain
+    assert plain["containerStatuses"][0]["state"]["terminated"]["exitCode"] != 0

@@ -111,3 +111,80 @@ def test_kubelet_admits_only_pods_it_has_not_accepted_before() -> None:
     assert kubelet._admit(over) is None
     over["status"] = {"phase": "Failed"}
     assert kubelet._admit(over) is None
+
+
+def test_privileged_containers_only_when_allowed() -> None:
+    """--allow-privileged=false rejects a privileged app or init container as upstream's privilege handler."""
+    privileged = pod()
+    privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    assert admit(privileged, NODE, [], ALLOC) is None
+    assert admit(privileged, NODE, [], ALLOC, allow_privileged=False) == (
+        "Forbidden", 'pod with UID "u1" specified privileged container, but is disallowed')
+    init = pod(initContainers=[{"name": "i", "image": "busybox", "securityContext": {"privileged": True}}])
+    assert admit(init, NODE, [], ALLOC, allow_privileged=False) == (
+        "Forbidden", 'pod with UID "u1" specified privileged init container, but is disallowed')
+    assert admit(pod(), NODE, [], ALLOC, allow_privileged=False) is None
+
+
+def test_a_privileged_container_makes_the_sandbox_privileged() -> None:
+    ctx = NodeContext(node_name="n1", client=None, runtime=HollowRuntime(), status=StatusManager(None),  # type: ignore[arg-type]
+                      host_ips=["1.2.3.4"], allocatable=ALLOC, root_dir="/tmp")
+    assert not PodWorker(ctx, pod()).sandbox_spec(0).privileged
+    for key in ("containers", "initContainers", "ephemeralContainers"):
+        p = pod()
+        p["spec"].setdefault(key, []).append({"name": "x", "image": "busybox",
+                                               "securityContext": {"privileged": True}})
+        assert PodWorker(ctx, p).sandbox_spec(0).privileged, key
+
+
+def test_kubelet_admits_against_the_watched_node() -> None:
+    """The Node the watch delivered decides, not the copy from registration or the last status update."""
+    config = NodeConfig(name="n1", node_ips=["1.2.3.4"], host=HostInfo.hollow(), runtime_version="", max_pods=5)
+    kubelet = Kubelet(None, HollowRuntime(), config, KubeletOptions(), StatusManager(None))  # type: ignore[arg-type]
+    kubelet.agent.node = {"metadata": {"name": "n1", "labels": {}}, "spec": {}}
+    wanted = pod(nodeSelector={"disk": "ssd"})
+    assert kubelet._admit(wanted)[0] == "NodeAffinity"  # type: ignore[index]
+
+    class Watched:
+        def get(self, name: str) -> dict[str, Any] | None:
+            return {"metadata": {"name": name, "labels": {"disk": "ssd"}}, "spec": {}}
+
+    kubelet.node_informer = Watched()  # type: ignore[assignment]
+    assert kubelet._admit(wanted) is None
+
+
+async def test_node_dependent_rejection_is_checked_against_a_fresh_read() -> None:
+    """A pod that arrives before the watch delivers the label it needs is admitted after a quorum read."""
+    fresh = {"metadata": {"name": "n1", "labels": {"disk": "ssd"}}, "spec": {}}
+    reads: list[str] = []
+
+    class Api:
+        async def get(self, resource: Any, name: str) -> dict[str, Any]:
+            reads.append(name)
+            return fresh
+
+    config = NodeConfig(name="n1", node_ips=["1.2.3.4"], host=HostInfo.hollow(), runtime_version="", max_pods=5)
+    runtime = HollowRuntime()
+    kubelet = Kubelet(Api(), runtime, config, KubeletOptions(), StatusManager(None))  # type: ignore[arg-type]
+    kubelet.agent.node = {"metadata": {"name": "n1", "labels": {}}, "spec": {}}
+    kubelet.ctx = NodeContext(node_name="n1", client=None, runtime=runtime, status=kubelet.status,  # type: ignore[arg-type]
+                              host_ips=["1.2.3.4"], allocatable=ALLOC, root_dir="/tmp")
+    kubelet.on_pod(pod(nodeSelector={"disk": "ssd"}))
+    assert "u1" not in kubelet.workers
+    for _ in range(50):
+        if "u1" in kubelet.workers:
+            break
+        await asyncio.sleep(0.01)
+    assert reads == ["n1"] and kubelet.workers["u1"].rejected is None
+    fresh["metadata"]["labels"] = {}
+    other = pod(nodeSelector={"disk": "ssd"})
+    other["metadata"]["uid"] = "u2"
+    kubelet.on_pod(other)
+    for _ in range(50):
+        if "u2" in kubelet.workers:
+            break
+        await asyncio.sleep(0.01)
+    assert kubelet.workers["u2"].rejected == (
+        "NodeAffinity", "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node "
+        "affinity/selector")
+    await asyncio.gather(*(w.stop() for w in kubelet.workers.values()))
