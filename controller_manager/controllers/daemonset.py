@@ -264,7 +264,7 @@ class DaemonSetController(QueueController):
                 rolling = strategy.get("rollingUpdate") or {}
                 desired = len(eligible)
                 max_surge = int_or_percent(rolling.get("maxSurge", 0), desired, round_up=True)
-                max_unavailable = int_or_percent(rolling.get("maxUnavailable", 1), desired, round_up=False)
+                max_unavailable = int_or_percent(rolling.get("maxUnavailable", 1), desired, round_up=True)
                 if max_surge > 0:
                     surge_nodes, old = surge_plan(eligible, update_hash, max_surge, min_ready)
                     create.extend(surge_nodes)
