@@ -5,28 +5,36 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
 from apiserver.registry.apiextensions import CLEANUP_FINALIZER, accepted_status, served_resources
-from apiserver.registry.store import DeleteOptions, ListOptions, RESTStore, WriteOptions
+from apiserver.registry.store import DeleteOptions, ListOptions, RESTStore, ServerContext, WriteOptions
 from apiserver.registry.strategies import strategy_for
 from apiserver.storage.cache import Watcher
 from services.api import errors
-
-if TYPE_CHECKING:
-    from apiserver.server import APIServer
+from services.api.catalog import Catalog
 
 log = structlog.get_logger("apiserver.customresources")
 
 Obj = dict[str, Any]
 
 
+class Server(Protocol):
+    """What custom resources need of the apiserver (apiserver/server.py), which owns this module's server."""
+
+    catalog: Catalog
+    stores: dict[tuple[str, str, str], RESTStore]
+    ctx: ServerContext
+
+    def store(self, group: str, version: str, plural: str) -> RESTStore: ...
+
+
 class CustomResourceServer:
     """Adds, changes and removes the catalog entries CRDs ask for."""
 
-    def __init__(self, server: APIServer, on_change: Callable[[], None]) -> None:
+    def __init__(self, server: Server, on_change: Callable[[], None]) -> None:
         self.server = server
         self.on_change = on_change
         self.crds = server.store("apiextensions.k8s.io", "v1", "customresourcedefinitions")
