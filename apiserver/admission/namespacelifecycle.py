@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import orjson
 
-from apiserver.admission.interfaces import Attributes, MutationInterface
+from apiserver.admission.interfaces import Attributes, MutationInterface, PluginConfig
 from services.api import errors
 from services.api.catalog import Resource
 
 
 class NamespaceLifecycle(MutationInterface):
     name = "NamespaceLifecycle"
+
+    def __init__(self, config: PluginConfig) -> None:
+        super().__init__(config)
+        self.prefix = f"{config.root}namespaces/"
 
     def handles(self, res: Resource) -> bool:
         return res.namespaced
@@ -25,9 +29,8 @@ class NamespaceLifecycle(MutationInterface):
         namespace = a.namespace
         if not namespace:
             return
-        root = self.config.root
-        key = f"{root}namespaces/{namespace}"
-        cache = self.config.cache.resources.get(f"{root}namespaces/")
+        key = self.prefix + namespace
+        cache = self.config.cache.resources.get(self.prefix)
         entry = cache.entries.get(key) if cache is not None else None
         if entry is not None:
             ns = entry.obj

@@ -51,10 +51,12 @@ class ResourceQuota(ValidationInterface):
 
     async def validate(self, a: Attributes) -> None:
         """Refuse the create with 403 when a quota would be exceeded; otherwise charge it (unless dry run)."""
+        namespace = a.namespace
+        if not namespace or not self._has_quotas(namespace):
+            return
         res, obj, dry_run = a.resource, a.obj, a.dry_run
         evaluator = q.evaluator_for(res.group, res.plural)
-        namespace = a.namespace
-        if evaluator is None or not namespace or not self._has_quotas(namespace):
+        if evaluator is None:
             return
         async with self._locks[zlib.crc32(namespace.encode()) % LOCK_STRIPES]:
             quotas = await self._quotas(namespace)
