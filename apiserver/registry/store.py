@@ -49,6 +49,8 @@ class ResourceAdmission(Protocol):
 
 
 class Admission(Protocol):
+    """The whole chain; each store asks once for its resource's part."""
+
     def for_resource(self, res: Resource) -> ResourceAdmission: ...
 
 
