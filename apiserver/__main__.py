@@ -14,6 +14,7 @@ from pathlib import Path
 import structlog
 import uvicorn
 
+from apiserver.admission.chain import UnknownPlugin, check_flags
 from apiserver.auth.authn import load_token_file
 from apiserver.auth.authz import MODES as AUTHORIZATION_MODES
 from apiserver.controlplane.leases import DEFAULT_TTL
@@ -103,6 +104,11 @@ def token_file(path: str) -> str:
     return path
 
 
+def name_list(text: str) -> list[str]:
+    """A comma-separated flag value (pflag's StringSlice), empty items dropped."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="apiserver", description="pyk8s API server")
     p.add_argument("--etcd-servers", default="http://127.0.0.1:2379", help="comma-separated etcd client URLs")
@@ -149,9 +155,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="tolerationSeconds of the not-ready:NoExecute toleration added to pods without one")
     p.add_argument("--default-unreachable-toleration-seconds", type=int, default=300,
                    help="tolerationSeconds of the unreachable:NoExecute toleration added to pods without one")
+    p.add_argument("--enable-admission-plugins", type=name_list, default=[], metavar="NAMES",
+                   help="admission plugins to run besides the default-enabled ones; they run in upstream's "
+                        "order whatever order they are given in")
+    p.add_argument("--disable-admission-plugins", type=name_list, default=[], metavar="NAMES",
+                   help="default-enabled admission plugins not to run")
     p.add_argument("--v", type=int, default=0, help="log verbosity")
     p.add_argument("--log-format", choices=("console", "json"), default="console")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:
+        check_flags(args.enable_admission_plugins, args.disable_admission_plugins)
+    except UnknownPlugin as exc:
+        p.error(str(exc))
+    return args
 
 
 def _configure_logging(verbosity: int, fmt: str) -> None:
@@ -206,6 +222,8 @@ async def serve(args: argparse.Namespace) -> None:
         anonymous_auth=args.anonymous_auth,
         default_not_ready_toleration_seconds=args.default_not_ready_toleration_seconds,
         default_unreachable_toleration_seconds=args.default_unreachable_toleration_seconds,
+        enable_admission_plugins=args.enable_admission_plugins,
+        disable_admission_plugins=args.disable_admission_plugins,
     )
     server = APIServer(options)
     app = APIApp(server, kubelet_config(args))

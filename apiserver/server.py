@@ -11,7 +11,8 @@ from pathlib import Path
 import orjson
 import structlog
 
-from apiserver.auth.admission import SYSTEM_PRIORITY_CLASSES, Admission
+from apiserver.admission import chain
+from apiserver.admission.interfaces import PluginConfig
 from apiserver.auth.bootstrap_policy import Stores, ensure_bootstrap_policy
 from apiserver.auth.tokens import DEFAULT_ISSUER, TokenIssuer
 from apiserver.controlplane.endpoints_adapter import EndpointsAdapter
@@ -21,6 +22,7 @@ from apiserver.controlplane.kubernetes_service import KubernetesServiceControlle
 from apiserver.controlplane.leases import DEFAULT_TTL, MasterLeases
 from apiserver.controlplane.reconciler import LeaseEndpointReconciler
 from apiserver.customresources import CustomResourceServer
+from apiserver.registry.scheduling import SYSTEM_PRIORITY_CLASSES
 from apiserver.registry.store import RESTStore, ServerContext, WriteOptions
 from apiserver.registry.strategies import strategy_for
 from apiserver.storage.cache import WatchCache
@@ -60,6 +62,9 @@ class Options:
     #: DefaultTolerationSeconds admission (--default-not-ready/unreachable-toleration-seconds)
     default_not_ready_toleration_seconds: int = 300
     default_unreachable_toleration_seconds: int = 300
+    #: --enable-admission-plugins / --disable-admission-plugins: changes to upstream's default-enabled set
+    enable_admission_plugins: list[str] = field(default_factory=list)
+    disable_admission_plugins: list[str] = field(default_factory=list)
 
 
 class APIServer:
@@ -71,17 +76,21 @@ class APIServer:
         self.etcd = EtcdStore(options.etcd_servers, lease_reuse_seconds=options.lease_reuse_duration_seconds)
         root = options.etcd_prefix.rstrip("/") + "/"
         self.cache = WatchCache(self.etcd, root)
+        self.admission = chain.build(
+            chain.enabled_plugins(options.enable_admission_plugins, options.disable_admission_plugins),
+            PluginConfig(self.cache, root, not_ready_toleration_seconds=options.default_not_ready_toleration_seconds,
+                         unreachable_toleration_seconds=options.default_unreachable_toleration_seconds))
+        log.info("admission plugins", mutating=",".join(p.name for p in self.admission.mutating),
+                 validating=",".join(p.name for p in self.admission.validating))
         self.ctx = ServerContext(
             etcd=self.etcd,
             cache=self.cache,
             root=root,
             service_cidr=ipaddress.IPv4Network(options.service_cluster_ip_range, strict=False),
             node_port_range=options.service_node_port_range,
+            admission=self.admission,
             event_ttl=options.event_ttl,
         )
-        self.ctx.admission = Admission(
-            self.cache, root, not_ready_toleration_seconds=options.default_not_ready_toleration_seconds,
-            unreachable_toleration_seconds=options.default_unreachable_toleration_seconds)
         self.tokens = TokenIssuer.load_or_create(
             options.service_account_signing_key_file, Path(options.cert_dir), options.service_account_issuer,
             options.api_audiences,
@@ -158,7 +167,7 @@ class APIServer:
         namespaces = self.store("", "v1", "namespaces")
         for name in SYSTEM_NAMESPACES:
             await self._ensure(namespaces, None, {"metadata": {"name": name}})
-        for name, value, description in SYSTEM_PRIORITY_CLASSES:
+        for name, (value, description) in SYSTEM_PRIORITY_CLASSES.items():
             await self._ensure(self.store("scheduling.k8s.io", "v1", "priorityclasses"), None, {
                 "metadata": {"name": name}, "value": value, "description": description,
                 "preemptionPolicy": "PreemptLowerPriority",

@@ -1,6 +1,6 @@
-"""Pods: defaults (including what the ServiceAccount, Priority and DefaultTolerationSeconds
-admission plugins add), validation, update rules, field selectors, graceful deletion
-the pods/binding subresource and the pods/ephemeralcontainers subresource."""
+"""Pods: defaults, validation, update rules, field selectors, graceful deletion, the pods/binding
+subresource and the pods/ephemeralcontainers subresource. What admission adds to pods (service
+account, priority, default tolerations) is in apiserver/admission/."""
 
 from __future__ import annotations
 

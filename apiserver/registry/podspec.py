@@ -18,9 +18,6 @@ PROTOCOLS = ("SCTP", "TCP", "UDP")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 TOLERATION_OPERATORS = ("Equal", "Exists")
 TAINT_EFFECTS = ("NoExecute", "NoSchedule", "PreferNoSchedule")
-DEFAULT_TOLERATION_SECONDS = 300
-NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 VOLUME_SOURCES = (
     "hostPath", "emptyDir", "gcePersistentDisk", "awsElasticBlockStore", "gitRepo", "secret", "nfs", "iscsi",
     "glusterfs", "persistentVolumeClaim", "rbd", "flexVolume", "cinder", "cephfs", "flocker", "downwardAPI", "fc",
@@ -111,18 +108,10 @@ def default_pod_template(template: Any) -> None:
             default_pod_spec(spec)
 
 
-def _tolerates(tolerations: list[Obj], key: str) -> bool:
-    for tol in tolerations:
-        if tol.get("effect") not in (None, "", "NoExecute"):
-            continue
-        if tol.get("key") == key or (not tol.get("key") and tol.get("operator") == "Exists"):
-            return True
-    return False
-
-
 def default_pod_only(spec: Obj) -> None:
-    """Defaults upstream gives pods but not templates: SetDefaults_Pod plus the admission
-    plugins every cluster runs (ServiceAccount, Priority, DefaultTolerationSeconds)."""
+    """Defaults upstream gives pods but not templates: SetDefaults_Pod, and the deprecated
+    `serviceAccount` kept equal to `serviceAccountName` as v1's conversion does. What the
+    ServiceAccount, Priority and DefaultTolerationSeconds admission plugins add is theirs."""
     setdefault(spec, "enableServiceLinks", True)
     for key in ("initContainers", "containers"):
         for container in spec.get(key) or []:
@@ -139,19 +128,10 @@ def default_pod_only(spec: Obj) -> None:
                 for port in container.get("ports") or []:
                     if not port.get("hostPort"):
                         port["hostPort"] = port.get("containerPort")
-    service_account = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
-    spec["serviceAccountName"] = service_account
-    spec["serviceAccount"] = service_account
-    setdefault(spec, "priority", 0)
-    setdefault(spec, "preemptionPolicy", "PreemptLowerPriority")
-    tolerations = spec.get("tolerations")
-    if not isinstance(tolerations, list):
-        tolerations = []
-    for key in (NOT_READY_TAINT, UNREACHABLE_TAINT):
-        if not _tolerates(tolerations, key):
-            tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
-                                "tolerationSeconds": DEFAULT_TOLERATION_SECONDS})
-    spec["tolerations"] = tolerations
+    service_account = spec.get("serviceAccountName") or spec.get("serviceAccount")
+    if service_account:
+        spec["serviceAccountName"] = service_account
+        spec["serviceAccount"] = service_account
 
 
 def qos_class(spec: Obj) -> str:

@@ -7,7 +7,13 @@ from apiserver.registry.strategy import Cause, Obj
 from services.api import validation as v
 
 HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000
-SYSTEM_PRIORITY_CLASSES = {"system-node-critical": 2_000_001_000, "system-cluster-critical": 2_000_000_000}
+#: the classes every cluster has (upstream's SystemPriorityClasses): name -> (value, description)
+SYSTEM_PRIORITY_CLASSES = {
+    "system-node-critical": (2_000_001_000, "Used for system critical pods that must not be moved from their "
+                                            "current node."),
+    "system-cluster-critical": (2_000_000_000, "Used for system critical pods that must run in the cluster, but "
+                                               "can be moved to another node if necessary."),
+}
 PREEMPTION_POLICIES = ("Never", "PreemptLowerPriority")
 
 
@@ -22,9 +28,10 @@ class PriorityClassStrategy(MetaStrategy):
         if value is None:
             causes.append(v.required("value"))
         elif name in SYSTEM_PRIORITY_CLASSES:
-            if value != SYSTEM_PRIORITY_CLASSES[name]:
+            system_value = SYSTEM_PRIORITY_CLASSES[name][0]
+            if value != system_value:
                 causes.append(v.forbidden("metadata.name", f"{name} is a system critical priority class and must "
-                                                           f"have value {SYSTEM_PRIORITY_CLASSES[name]}"))
+                                                           f"have value {system_value}"))
         elif name.startswith("system-"):
             causes.append(v.forbidden("metadata.name", "priority class names with 'system-' prefix are reserved."))
         elif value > HIGHEST_USER_DEFINABLE_PRIORITY:

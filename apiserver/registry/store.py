@@ -17,11 +17,10 @@ import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
-from apiserver.auth.admission import Admission
 from apiserver.registry import conversion
 from apiserver.registry.strategy import Obj, Strategy
 from apiserver.storage.cache import Entry, ResourceCache, WatchCache, decode
@@ -39,6 +38,21 @@ MAX_ALLOCATION_ATTEMPTS = 32
 # Upstream's RetryGenerateName: a generated name that collides is drawn again this many times.
 GENERATE_NAME_RETRIES = 7
 CONSISTENT_READ_WAIT = 3.0
+
+
+class ResourceAdmission(Protocol):
+    """The admission chain of one resource (apiserver/admission/chain.py builds it; the server hands it
+    in, so the registry depends on no plugin). `operation` is upstream's: CREATE, UPDATE."""
+
+    async def admit(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool) -> None: ...
+
+    async def validate(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool) -> None: ...
+
+
+class Admission(Protocol):
+    """The whole chain; each store asks once for its resource's part."""
+
+    def for_resource(self, res: Resource) -> ResourceAdmission: ...
 
 
 @dataclass
@@ -146,6 +160,7 @@ class RESTStore:
         self.prefix = f"{ctx.root}{res.etcd_prefix}/"
         self.cache: ResourceCache = ctx.cache.register(self.prefix)
         self._converts = conversion.needs_conversion(res)
+        self.admission = ctx.admission.for_resource(res) if ctx.admission is not None else None
         # Seconds each write keeps the object in etcd (upstream's TTLFunc); 0 for resources that never expire.
         ttl = getattr(strategy, "ttl", None)
         self.ttl: int = ttl(ctx) if ttl is not None else 0
@@ -367,30 +382,9 @@ class RESTStore:
             m["name"] = name
         return obj
 
-    async def _check_namespace(self, namespace: str | None, name: str) -> None:
-        if not self.res.namespaced:
-            return
-        if not namespace:
+    def _check_namespace(self, namespace: str | None) -> None:
+        if self.res.namespaced and not namespace:
             raise errors.bad_request("the server could not find the requested resource")
-        ns_key = f"{self.ctx.root}namespaces/{namespace}"
-        entry = self.ctx.cache.resources.get(f"{self.ctx.root}namespaces/")
-        ns_obj = entry.entries[ns_key].obj if entry and ns_key in entry.entries else None
-        if ns_obj is None:
-            kv = await self.ctx.etcd.get(ns_key)
-            if kv is None:
-                raise errors.not_found("namespaces", "", namespace)
-            ns_obj = orjson.loads(kv.value)
-        terminating = ns_obj.get("status", {}).get("phase") == "Terminating"
-        if ns_obj.get("metadata", {}).get("deletionTimestamp") or terminating:
-            raise errors.StatusError(
-                403,
-                "Forbidden",
-                f'{self.res.qualified()} "{name}" is forbidden: unable to create new content in namespace '
-                f"{namespace} because it is being terminated",
-                {"name": name, "group": self.res.group, "kind": self.res.plural,
-                 "causes": [{"reason": "NamespaceTerminating", "message": f"namespace {namespace} is being "
-                             "terminated", "field": "metadata.namespace"}]},
-            )
 
     async def create(self, namespace: str | None, body: Any, opts: WriteOptions) -> Obj:
         obj = self._check_body(body, namespace)
@@ -406,17 +400,17 @@ class RESTStore:
             m["generation"] = 1
         else:
             m.pop("generation", None)
-        if self.ctx.admission is not None:
-            await self.ctx.admission.admit_create(self.res, obj)
+        if self.admission is not None:
+            await self.admission.admit("CREATE", obj, None, "", opts.dry_run)
         self.strategy.defaults(obj)
         obj = self._track(None, obj, opts, "")
         self.strategy.prepare_for_create(obj)
         causes = self.strategy.validate(obj)
         if causes:
             raise self._invalid(name, causes)
-        await self._check_namespace(namespace, name)
-        if self.ctx.admission is not None:
-            await self.ctx.admission.validate_create(self.res, obj, opts.dry_run)
+        self._check_namespace(namespace)
+        if self.admission is not None:
+            await self.admission.validate("CREATE", obj, None, "", opts.dry_run)
         return await self._store_new(obj, name, opts.dry_run)
 
     def _keys(self, allocated: dict[str, bytes]) -> dict[str, bytes]:
@@ -514,10 +508,14 @@ class RESTStore:
                 old_view = old
             else:
                 old_view = old
+            if self.admission is not None:
+                await self.admission.admit("UPDATE", new, old_view, subresource, opts.dry_run)
             result = await self._prepare_update(new, old_view, subresource, opts)
             if result is None:
                 return self.out(old), False
             new, allocation_old = result
+            if self.admission is not None:
+                await self.admission.validate("UPDATE", new, old_view, subresource, opts.dry_run)
             if opts.dry_run:
                 return self.out(new), False
             try:

@@ -7,7 +7,8 @@ import copy
 from types import SimpleNamespace
 from typing import Any
 
-from apiserver.auth.admission import Admission
+from apiserver.admission import chain
+from apiserver.admission.interfaces import CREATE, PluginConfig
 from apiserver.registry.strategies import strategy_for
 from services.api.catalog import BUILTIN
 from services.api.storage import default_storage_class
@@ -24,10 +25,12 @@ def sc(name: str, created: str = "2026-01-01T00:00:00Z", default: str | None = "
             "metadata": {"name": name, "creationTimestamp": created, "annotations": ann}}
 
 
-def admission(*classes: dict[str, Any]) -> Admission:
+def admission(*classes: dict[str, Any]) -> chain.ResourceChain:
+    """The claim plugins' chain, on a cache that holds `classes`."""
     entries = {f"{ROOT}storageclasses/{c['metadata']['name']}": SimpleNamespace(obj=c) for c in classes}
     cache = SimpleNamespace(resources={f"{ROOT}storageclasses/": SimpleNamespace(entries=entries)})
-    return Admission(cache, ROOT)
+    plugins = chain.build(["DefaultStorageClass", "StorageObjectInUseProtection"], PluginConfig(cache, ROOT))  # type: ignore[arg-type]
+    return plugins.for_resource(pvc_resource())
 
 
 def pvc_resource() -> Any:
@@ -56,26 +59,25 @@ def test_newest_default_wins_then_first_name() -> None:
 
 async def test_admission_fills_only_a_nil_class() -> None:
     adm = admission(sc("standard"), sc("other", default=None))
-    res = pvc_resource()
     nil = claim()
-    await adm.admit_create(res, nil)
+    await adm.admit(CREATE, nil, None, "", False)
     assert nil["spec"]["storageClassName"] == "standard"
     assert "kubernetes.io/pvc-protection" in nil["metadata"]["finalizers"]
     empty = claim(storageClassName="")
-    await adm.admit_create(res, empty)
+    await adm.admit(CREATE, empty, None, "", False)
     assert empty["spec"]["storageClassName"] == ""
     named = claim(storageClassName="other")
-    await adm.admit_create(res, named)
+    await adm.admit(CREATE, named, None, "", False)
     assert named["spec"]["storageClassName"] == "other"
     beta = claim()
     beta["metadata"]["annotations"] = {"volume.beta.kubernetes.io/storage-class": "other"}
-    await adm.admit_create(res, beta)
+    await adm.admit(CREATE, beta, None, "", False)
     assert "storageClassName" not in beta["spec"]
 
 
 async def test_admission_without_default_leaves_the_claim_alone() -> None:
     body = claim()
-    await admission(sc("plain", default=None)).admit_create(pvc_resource(), body)
+    await admission(sc("plain", default=None)).admit(CREATE, body, None, "", False)
     assert "storageClassName" not in body["spec"]
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from apiserver.auth.admission import Admission
+from apiserver.admission.defaulttolerationseconds import DefaultTolerationSeconds
+from apiserver.admission.interfaces import CREATE, Attributes, PluginConfig
 from services.api.catalog import BUILTIN
 
 NOT_READY = {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
@@ -17,10 +18,10 @@ UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "e
 
 async def admit(pod_spec: dict[str, Any], **kwargs: int) -> list[dict[str, Any]]:
     cache = SimpleNamespace(resources={})
-    adm = Admission(cache, "/registry/", **kwargs)
+    plugin = DefaultTolerationSeconds(PluginConfig(cache, "/registry/", **kwargs))  # type: ignore[arg-type]
     res = next(r for r in BUILTIN if r.group == "" and r.plural == "pods")
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}, "spec": pod_spec}
-    await adm.admit_create(res, pod)
+    await plugin.admit(Attributes(res, CREATE, pod))
     return pod["spec"].get("tolerations") or []
 
 

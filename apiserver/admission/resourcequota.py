@@ -18,40 +18,45 @@ import asyncio
 import bisect
 import copy
 import zlib
-from typing import Any
 
 import orjson
 
-from apiserver.storage.cache import WatchCache, decode
+from apiserver.admission.interfaces import Attributes, Obj, PluginConfig, ValidationInterface
+from apiserver.storage.cache import decode
 from apiserver.storage.etcd import RevisionMismatch
 from services.api import errors
 from services.api import quota as q
 from services.api.catalog import Resource
-
-Obj = dict[str, Any]
 
 #: how many times a create re-checks quotas that another writer changed under it (upstream: 3)
 MAX_CONFLICT_RETRIES = 10
 LOCK_STRIPES = 64
 
 
-class QuotaAdmission:
+class ResourceQuota(ValidationInterface):
     """Charges creates to the quotas of their namespace."""
 
-    def __init__(self, cache: WatchCache, root: str) -> None:
-        self.cache = cache
-        self.prefix = f"{root}resourcequotas/"
+    name = "ResourceQuota"
+
+    def __init__(self, config: PluginConfig) -> None:
+        super().__init__(config)
+        self.cache = config.cache
+        self.prefix = f"{config.root}resourcequotas/"
         # Creates in one namespace take turns here, so they do not all lose the same swap; other
         # apiservers are kept out by the swap itself.
         self._locks = [asyncio.Lock() for _ in range(LOCK_STRIPES)]
 
-    async def validate(self, res: Resource, obj: Obj, dry_run: bool) -> None:
+    def handles(self, res: Resource) -> bool:
+        return res.namespaced and q.evaluator_for(res.group, res.plural) is not None
+
+    async def validate(self, a: Attributes) -> None:
         """Refuse the create with 403 when a quota would be exceeded; otherwise charge it (unless dry run)."""
-        if not res.namespaced:
+        namespace = a.namespace
+        if not namespace or not self._has_quotas(namespace):
             return
+        res, obj, dry_run = a.resource, a.obj, a.dry_run
         evaluator = q.evaluator_for(res.group, res.plural)
-        namespace = (obj.get("metadata") or {}).get("namespace") or ""
-        if evaluator is None or not namespace or not self._has_quotas(namespace):
+        if evaluator is None:
             return
         async with self._locks[zlib.crc32(namespace.encode()) % LOCK_STRIPES]:
             quotas = await self._quotas(namespace)
