@@ -115,7 +115,10 @@ def fixture_objects() -> list[tuple[Kind, dict[str, Any]]]:
 def fuzz_server(workdir: Path) -> Iterator[APIServerProcess]:
     members = start_etcd_cluster(1, workdir / "fuzz-etcd")
     try:
-        server = start_apiserver([members[0].client_url], workdir / "fuzz-apiserver")
+        # Each example compares etcd's revision before and after, so nothing may write in the background:
+        # the kubernetes Service's lease reconciler refreshes its lease every 10 s.
+        server = start_apiserver([members[0].client_url], workdir / "fuzz-apiserver",
+                                 "--endpoint-reconciler-type", "none")
         try:
             yield server
         finally:
