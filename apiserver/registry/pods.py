@@ -36,6 +36,11 @@ class PodStrategy(MetaStrategy):
 
     def prepare_for_create(self, obj: Obj) -> None:
         obj["status"] = {"phase": "Pending", "qosClass": podspec.qos_class(obj.get("spec") or {})}
+        if get(obj, "spec", "schedulingGates"):
+            # As upstream's applySchedulingGatedCondition: the scheduler never sees a gated pod, so the
+            # apiserver says why it waits (what `kubectl get pods` prints as SchedulingGated).
+            obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                                            "message": "Scheduling is blocked due to non-empty scheduling gates"}]
 
     def validate_spec(self, obj: Obj) -> list[Cause]:
         return podspec.validate_pod_spec(obj.get("spec"), "spec", is_pod=True)

@@ -81,3 +81,16 @@ def test_node_and_job_status_columns(kubectl: Kubectl, unique_ns: str) -> None:
         {"type": "SuccessCriteriaMet", "status": "True", "reason": "SuccessPolicy", "lastTransitionTime": _ago(1)}]}
     kubectl.run("replace", "--subresource=status", "-n", unique_ns, "-f", "-", stdin=json.dumps(job))
     assert _rows(kubectl, "jobs", "-n", unique_ns)["met"][:2] == ["SuccessCriteriaMet", "1/2"]
+
+
+def test_a_gated_pod_prints_scheduling_gated(kubectl: Kubectl, unique_ns: str) -> None:
+    """The apiserver writes the PodScheduled=False/SchedulingGated condition at create, as upstream, since no
+    scheduler looks at a gated pod; nobody writes the status by hand here."""
+    kubectl.run("create", "-n", unique_ns, "-f", "-", stdin=json.dumps(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gated"},
+         "spec": {"schedulingGates": [{"name": "example.com/wait"}],
+                  "containers": [{"name": "app", "image": "busybox"}]}}))
+    assert _rows(kubectl, "pods", "-n", unique_ns)["gated"][:2] == ["0/1", "SchedulingGated"]
+    pod = kubectl.json("get", "-n", unique_ns, "pod", "gated")
+    assert pod["status"]["conditions"] == [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                                            "message": "Scheduling is blocked due to non-empty scheduling gates"}]
