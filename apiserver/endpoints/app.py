@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 import re
+import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -30,6 +31,7 @@ log = structlog.get_logger("apiserver.http")
 
 _POD_STREAM = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(log|exec|attach|portforward)$")
 _NODE_PROXY = re.compile(r"^/api/v1/nodes/([^/]+)/proxy(?:/(.*))?$")
+_OBJECT_PROXY = re.compile(r"^/api/v1/namespaces/([^/]+)/(services|pods)/([^/]+)/proxy(/.*)?$")
 
 KUBE_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-pyk8s.0"}
 REVIEW_GROUPS = ("authentication.k8s.io", "authorization.k8s.io")
@@ -309,8 +311,33 @@ class APIApp:
                 raise forbidden(attrs, reason)
         return user
 
+    async def _object_proxy(self, scope: dict[str, Any], receive: Any, send: Any) -> bool:
+        """services/proxy and pods/proxy: the request relayed to a ready endpoint or the pod's IP."""
+        raw = scope.get("raw_path") or scope["path"].encode()
+        match = _OBJECT_PROXY.match(raw.split(b"?", 1)[0].decode("latin-1"))
+        if match is None:
+            return False
+        namespace, resource, ident, rest = (urllib.parse.unquote(g) if i < 3 else g
+                                            for i, g in enumerate(match.groups()))
+
+        def getter(plural: str) -> proxy.Getter:
+            return lambda ns, name: self.server.store("", "v1", plural).get(ns, name)
+
+        async def locate() -> str:
+            if not self.server.ready:
+                raise errors.StatusError(503, "ServiceUnavailable", "the apiserver is starting")
+            if resource == "services":
+                return await proxy.service_location(namespace, ident, getter("services"), getter("endpoints"),
+                                                    getter("pods"))
+            return await proxy.pod_location(namespace, ident, getter("pods"))
+
+        await proxy.proxy_to(scope, receive, send, locate, rest, self.kubelet)
+        return True
+
     async def _streams(self, scope: dict[str, Any], receive: Any, send: Any) -> bool:
         """Pod logs, exec, attach, port-forward and node proxying, relayed to the node's kubelet."""
+        if await self._object_proxy(scope, receive, send):
+            return True
         path: str = scope["path"]
         pod_match = _POD_STREAM.match(path)
         node_match = None if pod_match else _NODE_PROXY.match(path)
