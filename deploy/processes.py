@@ -150,7 +150,7 @@ def _controller_manager_argv(state: State) -> list[str]:
 def _noderoutes_argv(state: State) -> list[str]:
     pairs = [f"--netns={n.name}={n.netns}" for n in nodes.node_nets(state)]
     return [*_component("deploy.noderoutes", "noderoutes")(state), f"--node-subnet={state.settings.node_subnet}",
-            *pairs]
+            "--host-routes", *pairs]
 
 
 def _dns_argv(state: State) -> list[str]:
