@@ -19,6 +19,7 @@ from apiserver.auth.authz import MODES as AUTHORIZATION_MODES
 from apiserver.controlplane.leases import DEFAULT_TTL
 from apiserver.endpoints.app import APIApp
 from apiserver.endpoints.proxy import KubeletClientConfig
+from apiserver.registry.componentstatus import DEFAULT_CONTROLLER_MANAGER_URL, DEFAULT_SCHEDULER_URL
 from apiserver.server import APIServer, Options
 from services.runtime.durations import go_duration
 from services.runtime.hostaddress import NoHostAddress, resolve_bind_address
@@ -149,6 +150,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="tolerationSeconds of the not-ready:NoExecute toleration added to pods without one")
     p.add_argument("--default-unreachable-toleration-seconds", type=int, default=300,
                    help="tolerationSeconds of the unreachable:NoExecute toleration added to pods without one")
+    p.add_argument("--scheduler-health-url", default=DEFAULT_SCHEDULER_URL,
+                   help="what `kubectl get componentstatuses` probes for the scheduler (pyk8s; upstream's is fixed)")
+    p.add_argument("--controller-manager-health-url", default=DEFAULT_CONTROLLER_MANAGER_URL,
+                   help="what `kubectl get componentstatuses` probes for the controller-manager (pyk8s)")
     p.add_argument("--v", type=int, default=0, help="log verbosity")
     p.add_argument("--log-format", choices=("console", "json"), default="console")
     return p.parse_args(argv)
@@ -206,6 +211,8 @@ async def serve(args: argparse.Namespace) -> None:
         anonymous_auth=args.anonymous_auth,
         default_not_ready_toleration_seconds=args.default_not_ready_toleration_seconds,
         default_unreachable_toleration_seconds=args.default_unreachable_toleration_seconds,
+        scheduler_health_url=args.scheduler_health_url,
+        controller_manager_health_url=args.controller_manager_health_url,
     )
     server = APIServer(options)
     app = APIApp(server, kubelet_config(args))

@@ -21,6 +21,7 @@ from apiserver.controlplane.kubernetes_service import KubernetesServiceControlle
 from apiserver.controlplane.leases import DEFAULT_TTL, MasterLeases
 from apiserver.controlplane.reconciler import LeaseEndpointReconciler
 from apiserver.customresources import CustomResourceServer
+from apiserver.registry.componentstatus import DEFAULT_CONTROLLER_MANAGER_URL, DEFAULT_SCHEDULER_URL
 from apiserver.registry.store import RESTStore, ServerContext, WriteOptions
 from apiserver.registry.strategies import strategy_for
 from apiserver.storage.cache import WatchCache
@@ -60,6 +61,9 @@ class Options:
     #: DefaultTolerationSeconds admission (--default-not-ready/unreachable-toleration-seconds)
     default_not_ready_toleration_seconds: int = 300
     default_unreachable_toleration_seconds: int = 300
+    #: Where ComponentStatus probes the scheduler and the controller-manager (upstream: fixed local ports).
+    scheduler_health_url: str = DEFAULT_SCHEDULER_URL
+    controller_manager_health_url: str = DEFAULT_CONTROLLER_MANAGER_URL
 
 
 class APIServer:

@@ -115,6 +115,8 @@ def _apiserver_argv(state: State) -> list[str]:
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         f"--kubelet-client-certificate={kubelet_cert}",
         f"--kubelet-client-key={kubelet_key}",
+        f"--scheduler-health-url={_local_health('scheduler')(state)}",
+        f"--controller-manager-health-url={_local_health('controller-manager')(state)}",
     ]
 
 

@@ -21,8 +21,9 @@ from apiserver.auth.authn import Authenticator, impersonate, load_token_file, pe
 from apiserver.auth.authz import ALLOW, AlwaysAllow, AlwaysDeny, Chain, forbidden, request_attributes
 from apiserver.auth.rbac import RBAC_GROUP, RBACAuthorizer, escalation_allowed
 from apiserver.endpoints import discovery, openapi, proxy
-from apiserver.endpoints.negotiation import PATCH_TYPES, decode_body, media_type
+from apiserver.endpoints.negotiation import PATCH_TYPES, decode_body, media_type, negotiate
 from apiserver.endpoints.resources import ResourceHandler, Target, parse_path
+from apiserver.registry import componentstatus
 from apiserver.registry.store import apply_patch
 from services.api import errors
 from services.auth.identity import MASTERS, UserInfo
@@ -125,7 +126,28 @@ def create_app(server: Any) -> FastAPI:
             return await review(request, target)
         if group == RBAC_GROUP and request.method in ("POST", "PUT", "PATCH"):
             await guard_escalation(request, target)
+        if not group and target.res.plural == "componentstatuses" and not target.subresource:
+            return await component_statuses(request, target)
         return await handler.handle(request, target)
+
+    components = componentstatus.Components(server.etcd.current_revision, options.scheduler_health_url,
+                                            options.controller_manager_health_url)
+
+    async def component_statuses(request: Request, target: Target) -> Response:
+        """Probed on every request, never stored; upstream marks the API deprecated in a Warning."""
+        params = request.query_params
+        if request.method != "GET" or params.get("watch", "").lower() in ("true", "1"):
+            raise errors.method_not_allowed()
+        rep = negotiate(request.headers.get("accept"), is_list=target.name is None,
+                        include_object=params.get("includeObject", "Metadata"))
+        store = server.store("", "v1", "componentstatuses")
+        if target.name:
+            response = handler.render(await componentstatus.get_status(components, target.name), rep, target.res)
+        else:
+            items: list[Any] = await componentstatus.list_statuses(components)
+            response = handler.render_list(store, items, {"resourceVersion": ""}, rep)
+        response.headers["Warning"] = componentstatus.DEPRECATION_WARNING
+        return response
 
     async def review(request: Request, target: Target) -> Response:
         """The review APIs answer from this apiserver's own authenticators and authorizers."""
