@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from apiserver.admission import runtimeclass
 from apiserver.auth.quota import QuotaAdmission
 from services.api import errors
 from services.api.catalog import Resource
@@ -56,6 +57,7 @@ class Admission:
             self._priority(obj)
             self._service_account_token(obj)
             self._default_toleration_seconds(obj)
+            runtimeclass.admit(obj, runtimeclass.runtime_classes(self.cache, self.root))
         elif res.group == "" and res.plural in STORAGE_PROTECTION_FINALIZERS:
             if res.plural == "persistentvolumeclaims":
                 self._default_storage_class(obj)
@@ -76,6 +78,8 @@ class Admission:
 
     async def validate_create(self, res: Resource, obj: Obj, dry_run: bool) -> None:
         """The validating plugins, on the defaulted and valid object; they may refuse it or charge for it."""
+        if res.group == "" and res.plural == "pods":
+            runtimeclass.validate(obj, runtimeclass.runtime_classes(self.cache, self.root))
         await self.quota.validate(res, obj, dry_run)
 
     def _default_storage_class(self, claim: Obj) -> None:

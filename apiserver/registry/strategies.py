@@ -11,6 +11,7 @@ from apiserver.registry import (
     events,
     namespaces,
     networking,
+    node,
     pods,
     policy,
     rbac,
@@ -58,6 +59,7 @@ _BY_GROUP_RESOURCE: dict[tuple[str, str], type[Strategy]] = {
     ("networking.k8s.io", "networkpolicies"): networking.NetworkPolicyStrategy,
     ("storage.k8s.io", "storageclasses"): storage.StorageClassStrategy,
     ("scheduling.k8s.io", "priorityclasses"): scheduling.PriorityClassStrategy,
+    ("node.k8s.io", "runtimeclasses"): node.RuntimeClassStrategy,
     ("apiextensions.k8s.io", "customresourcedefinitions"): apiextensions.CustomResourceDefinitionStrategy,
 }
 

@@ -68,6 +68,8 @@ class SandboxSpec:
     log_directory: str = ""
     cgroup_parent: str = ""
     sysctls: dict[str, str] = field(default_factory=dict)
+    #: The CRI runtime handler (containerd's runtime name) from the pod's RuntimeClass; "" is the default.
+    runtime_handler: str = ""
 
 
 @dataclass
