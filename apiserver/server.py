@@ -15,6 +15,8 @@ from apiserver.auth.admission import SYSTEM_PRIORITY_CLASSES, Admission
 from apiserver.auth.bootstrap_policy import Stores, ensure_bootstrap_policy
 from apiserver.auth.tokens import DEFAULT_ISSUER, TokenIssuer
 from apiserver.controlplane.endpoints_adapter import EndpointsAdapter
+from apiserver.controlplane.flowcontrol import ensure_bootstrap_configuration
+from apiserver.controlplane.flowcontrol import status_loop as flowcontrol_status_loop
 from apiserver.controlplane.kubernetes_service import NAME as KUBERNETES_SERVICE
 from apiserver.controlplane.kubernetes_service import NAMESPACE as KUBERNETES_NAMESPACE
 from apiserver.controlplane.kubernetes_service import KubernetesServiceController, ServiceConfig
@@ -131,6 +133,7 @@ class APIServer:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._compact_loop()))
         self._tasks.append(loop.create_task(self._health_loop()))
+        self._tasks.append(loop.create_task(flowcontrol_status_loop(*self._flowcontrol_stores())))
         log.info("apiserver ready", etcd=self.etcd.endpoint, revision=self.cache.revision)
 
     async def stop(self) -> None:
@@ -140,6 +143,10 @@ class APIServer:
         await self.custom_resources.stop()
         await self.cache.stop()
         await self.etcd.close()
+
+    def _flowcontrol_stores(self) -> tuple[RESTStore, RESTStore]:
+        group = "flowcontrol.apiserver.k8s.io"
+        return self.store(group, "v1", "flowschemas"), self.store(group, "v1", "prioritylevelconfigurations")
 
     async def _ensure(self, store: RESTStore, namespace: str | None, obj: dict[str, object]) -> None:
         """Create `obj` unless it exists; every replica runs this, so losing the race is fine."""
@@ -167,6 +174,7 @@ class APIServer:
                 "metadata": {"name": name}, "value": value, "description": description,
                 "preemptionPolicy": "PreemptLowerPriority",
             })
+        await ensure_bootstrap_configuration(*self._flowcontrol_stores())
         await ensure_bootstrap_policy(Stores(
             roles=self.store("rbac.authorization.k8s.io", "v1", "roles"),
             cluster_roles=self.store("rbac.authorization.k8s.io", "v1", "clusterroles"),

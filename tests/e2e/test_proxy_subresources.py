@@ -97,3 +97,25 @@ def test_kubectl_proxy_reaches_the_service(cluster: Cluster, web: str) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_runtime_class_handler_reaches_containerd(cluster: Cluster) -> None:
+    """The kubelet passes the RuntimeClass's handler to RunPodSandbox: `runc` (what `pyk8s up` configures)
+    runs the pod; a handler containerd does not know fails the sandbox with containerd's own error."""
+    for name, handler in (("runc", "runc"), ("unknown", "nosuchruntime")):
+        cluster.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name},
+                       "handler": handler})
+    for name in ("runc", "unknown"):
+        cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"rc-{name}", "namespace": "default"},
+                       "spec": {"runtimeClassName": name, "terminationGracePeriodSeconds": 1, "containers": [{
+                           "name": "main", "image": "busybox", "imagePullPolicy": "IfNotPresent",
+                           "command": ["sleep", "3600"]}]}})
+    cluster.wait_pod("default", "rc-runc", ("Running",))
+
+    def sandbox_failed() -> bool:
+        events = cluster.get("events", "-n", "default", "--field-selector", "involvedObject.name=rc-unknown")
+        return any(e.get("reason") == "FailedCreatePodSandBox" and "nosuchruntime" in e.get("message", "")
+                   for e in events.get("items") or [])
+
+    assert wait_for(sandbox_failed, 60), cluster.get("events", "-n", "default")
+    assert cluster.get("pod", "rc-unknown", "-n", "default")["status"].get("phase") == "Pending"
