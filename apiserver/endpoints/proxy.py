@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import posixpath
 import random
 import ssl
 import urllib.parse
@@ -370,8 +371,26 @@ async def proxy_to(scope: Scope, receive: Any, send: Any, locate: Callable[[], A
     if scope["type"] == "websocket":
         await _relay_websocket(scope, receive, send, target.replace("http", "ws", 1), config, _INSECURE)
         return
+    raw_path = scope.get("raw_path", scope["path"].encode()).split(b"?", 1)[0].decode("latin-1")
+    prefix = raw_path[:len(raw_path) - len(path)] if path else raw_path
+    backend = urllib.parse.urlsplit(base).netloc
     await _forward_http(scope, receive, send, target, config, raw=True, verify=_INSECURE,
-                        target="service", all_headers=True)
+                        target="service", all_headers=True,
+                        rewrite_location=lambda loc: rewrite_location(loc, backend, prefix))
+
+
+def rewrite_location(location: str, backend: str, prefix: str) -> str:
+    """A backend's redirect as the client must follow it: through the proxy path, as upstream's proxy
+    transport rewrites it. Relative ones and those to other hosts are left alone."""
+    parts = urllib.parse.urlsplit(location)
+    if (parts.netloc and parts.netloc != backend) or not parts.path.startswith("/"):
+        return location
+    new_path = parts.path
+    if not new_path.startswith(prefix):
+        new_path = posixpath.normpath(prefix.rstrip("/") + "/" + new_path.lstrip("/"))
+        if parts.path.endswith("/") and not new_path.endswith("/"):
+            new_path += "/"
+    return urllib.parse.urlunsplit(("", "", new_path, parts.query, parts.fragment))
 
 
 async def _read_body(receive: Any) -> bytes:
@@ -417,11 +436,12 @@ def _forwarded_headers(scope: Scope) -> list[tuple[str, str]]:
 
 async def _forward_http(scope: Scope, receive: Any, send: Any, url: str, config: KubeletClientConfig, *,
                         raw: bool = False, verify: ssl.SSLContext | None = None, target: str = "the kubelet",
-                        all_headers: bool = False) -> None:
+                        all_headers: bool = False, rewrite_location: Callable[[str], str] | None = None) -> None:
     """Stream the answer of `url` back as it comes.
 
     `raw` passes error answers through instead of making them Status; `all_headers` forwards every
-    end-to-end header both ways (the generic proxies) rather than just the content negotiation ones.
+    end-to-end header both ways (the generic proxies) rather than just the content negotiation ones;
+    `rewrite_location` maps a redirect's Location header.
     """
     method = scope.get("method", "GET")
     if all_headers:
@@ -451,6 +471,9 @@ async def _forward_http(scope: Scope, receive: Any, send: Any, url: str, config:
             if all_headers:
                 out_headers = [(k.lower(), v) for k, v in response.headers.raw
                                if k.decode("latin-1").lower() not in _HOP_BY_HOP]
+                if rewrite_location is not None:
+                    out_headers = [(k, rewrite_location(v.decode("latin-1")).encode("latin-1") if k == b"location"
+                                    else v) for k, v in out_headers]
             else:
                 out_headers = [(b"content-type", response.headers.get("content-type", "text/plain").encode())]
             await send({"type": "http.response.start", "status": response.status_code, "headers": out_headers})

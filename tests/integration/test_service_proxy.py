@@ -47,6 +47,15 @@ class Echo(BaseHTTPRequestHandler):
         return self.rfile.read(int(self.headers.get("content-length") or 0))
 
     def _answer(self) -> None:
+        if self.path.startswith("/redirect/"):
+            port = self.server.server_address[1]
+            where = {"abs": "/target/x/?y=1", "rel": "other", "host": f"http://127.0.0.1:{port}/t",
+                     "elsewhere": "http://example.com/t"}[self.path.rsplit("/", 1)[1]]
+            self.send_response(302)
+            self.send_header("location", where)
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
         if self.path.startswith("/big"):
             self.send_response(200)
             self.send_header("content-length", str(BIG_MIB * len(CHUNK)))
@@ -170,6 +179,16 @@ def test_proxy_without_a_trailing_path_redirects(api: httpx.Client, unique_ns: s
     r = api.get(path, params={"q": "1"})
     assert r.status_code == 301 and r.headers["location"] == f"{path}/?q=1"
     assert api.get(f"{path}/").json()["path"] == "/"
+
+
+def test_redirects_come_back_through_the_proxy(api: httpx.Client, unique_ns: str, backend: int) -> None:
+    _make_service(api, unique_ns, "web", [("", 80, backend)])
+    prefix = f"/api/v1/namespaces/{unique_ns}/services/web/proxy"
+    expected = {"abs": f"{prefix}/target/x/?y=1", "rel": "other", "host": f"{prefix}/t",
+                "elsewhere": "http://example.com/t"}
+    for case, location in expected.items():
+        r = api.get(f"{prefix}/redirect/{case}")
+        assert r.status_code == 302 and r.headers["location"] == location, (case, r.headers)
 
 
 def test_https_scheme_skips_verification(api: httpx.Client, unique_ns: str, tls_backend: int) -> None:
