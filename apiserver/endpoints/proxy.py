@@ -360,6 +360,8 @@ async def proxy_to(scope: Scope, receive: Any, send: Any, locate: Callable[[], A
         await _send_status(scope, send, exc)
         return
     qs = scope.get("query_string", b"").decode("latin-1")
+    if path is None and scope["type"] == "websocket":
+        path = "/"
     if path is None:
         location = scope.get("raw_path", scope["path"].encode()).split(b"?", 1)[0] + b"/" + \
             (b"?" + qs.encode("latin-1") if qs else b"")

@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.sync.client import connect
+from websockets.sync.server import ServerConnection, serve
 
 from services.runtime import pki
 from tests.conftest import Kubectl
@@ -189,6 +191,21 @@ def test_redirects_come_back_through_the_proxy(api: httpx.Client, unique_ns: str
     for case, location in expected.items():
         r = api.get(f"{prefix}/redirect/{case}")
         assert r.status_code == 302 and r.headers["location"] == location, (case, r.headers)
+
+
+def test_websocket_upgrades_are_relayed(api: httpx.Client, apiserver: str, unique_ns: str) -> None:
+    def echo(ws: ServerConnection) -> None:
+        for message in ws:
+            ws.send(f"{ws.request.path}:{message}")
+
+    with serve(echo, "127.0.0.1", 0) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        _make_service(api, unique_ns, "ws", [("", 80, server.socket.getsockname()[1])])
+        url = apiserver.replace("http://", "ws://") + f"/api/v1/namespaces/{unique_ns}/services/ws/proxy/echo?x=1"
+        with connect(url) as ws:
+            ws.send("hello")
+            assert ws.recv(timeout=10) == "/echo?x=1:hello"
+        server.shutdown()
 
 
 def test_https_scheme_skips_verification(api: httpx.Client, unique_ns: str, tls_backend: int) -> None:
