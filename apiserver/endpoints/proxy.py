@@ -32,6 +32,7 @@ from wsproto.connection import ConnectionState
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from services.api import errors
+from services.client.dialerrors import dial_error
 
 log = structlog.get_logger(__name__)
 
@@ -461,7 +462,9 @@ async def _forward_http(scope: Scope, receive: Any, send: Any, url: str, config:
             request = client.build_request(method, url, content=content, headers=headers)
             response = await client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            message = f"error trying to reach {target}: {exc}"
+            parts = urllib.parse.urlsplit(url)
+            reason = dial_error(exc, parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
+            message = f"error trying to reach {target}: {reason or exc}"
             # A plain error upstream's proxies turn into a reason-less 500, not an InternalError.
             await _send_status(scope, send, errors.StatusError(500, "", message) if all_headers and raw
                                else errors.internal(message))

@@ -9,6 +9,7 @@ same and are flags, because `pyk8s up` gives each component a health port of its
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 
 from services.api import errors
+from services.client.dialerrors import dial_error
 
 #: The `Warning` header upstream sends with every ComponentStatus answer.
 DEPRECATION_WARNING = '299 - "v1 ComponentStatus is deprecated in v1.19+"'
@@ -42,7 +44,10 @@ async def probe_http(url: str) -> Condition:
         async with httpx.AsyncClient(verify=False, timeout=PROBE_TIMEOUT) as client:  # noqa: S501 - as upstream
             response = await client.get(url)
     except httpx.HTTPError as exc:
-        return "Unknown", "", f'Get "{url}": {exc or type(exc).__name__}'
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        reason = dial_error(exc, parts.hostname or "", port) or str(exc) or type(exc).__name__
+        return "Unknown", "", f'Get "{url}": {reason}'
     if 200 <= response.status_code < 400:
         return "True", response.text, ""
     return "False", f"HTTP probe failed with statuscode: {response.status_code}", ""

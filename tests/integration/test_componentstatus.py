@@ -73,7 +73,8 @@ def test_kubectl_get_cs_probes_each_component(server: tuple[str, str], workdir: 
     assert rows["scheduler"].split()[1:] == ["Healthy", "ok"]
     assert rows["etcd-0"].split()[1:] == ["Healthy", "ok"]
     assert rows["controller-manager"].split()[1] == "Unhealthy"
-    assert f'Get "{dead}"' in rows["controller-manager"]
+    port = dead.split(":")[2].split("/")[0]
+    assert f'Get "{dead}": dial tcp 127.0.0.1:{port}: connect: connection refused' in rows["controller-manager"]
 
 
 def test_get_one_and_the_api_is_read_only(server: tuple[str, str]) -> None:
