@@ -20,6 +20,7 @@ from apiserver.auth.authz import MODES as AUTHORIZATION_MODES
 from apiserver.controlplane.leases import DEFAULT_TTL
 from apiserver.endpoints.app import APIApp
 from apiserver.endpoints.proxy import KubeletClientConfig
+from apiserver.registry.componentstatus import DEFAULT_CONTROLLER_MANAGER_URL, DEFAULT_SCHEDULER_URL
 from apiserver.server import APIServer, Options
 from services.runtime.durations import go_duration
 from services.runtime.hostaddress import NoHostAddress, resolve_bind_address
@@ -160,6 +161,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "order whatever order they are given in")
     p.add_argument("--disable-admission-plugins", type=name_list, default=[], metavar="NAMES",
                    help="default-enabled admission plugins not to run")
+    p.add_argument("--scheduler-health-url", default=DEFAULT_SCHEDULER_URL,
+                   help="what `kubectl get componentstatuses` probes for the scheduler (pyk8s; upstream's is fixed)")
+    p.add_argument("--controller-manager-health-url", default=DEFAULT_CONTROLLER_MANAGER_URL,
+                   help="what `kubectl get componentstatuses` probes for the controller-manager (pyk8s)")
     p.add_argument("--v", type=int, default=0, help="log verbosity")
     p.add_argument("--log-format", choices=("console", "json"), default="console")
     args = p.parse_args(argv)
@@ -224,6 +229,8 @@ async def serve(args: argparse.Namespace) -> None:
         default_unreachable_toleration_seconds=args.default_unreachable_toleration_seconds,
         enable_admission_plugins=args.enable_admission_plugins,
         disable_admission_plugins=args.disable_admission_plugins,
+        scheduler_health_url=args.scheduler_health_url,
+        controller_manager_health_url=args.controller_manager_health_url,
     )
     server = APIServer(options)
     app = APIApp(server, kubelet_config(args))

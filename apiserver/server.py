@@ -16,12 +16,15 @@ from apiserver.admission.interfaces import PluginConfig
 from apiserver.auth.bootstrap_policy import Stores, ensure_bootstrap_policy
 from apiserver.auth.tokens import DEFAULT_ISSUER, TokenIssuer
 from apiserver.controlplane.endpoints_adapter import EndpointsAdapter
+from apiserver.controlplane.flowcontrol import ensure_bootstrap_configuration
+from apiserver.controlplane.flowcontrol import status_loop as flowcontrol_status_loop
 from apiserver.controlplane.kubernetes_service import NAME as KUBERNETES_SERVICE
 from apiserver.controlplane.kubernetes_service import NAMESPACE as KUBERNETES_NAMESPACE
 from apiserver.controlplane.kubernetes_service import KubernetesServiceController, ServiceConfig
 from apiserver.controlplane.leases import DEFAULT_TTL, MasterLeases
 from apiserver.controlplane.reconciler import LeaseEndpointReconciler
 from apiserver.customresources import CustomResourceServer
+from apiserver.registry.componentstatus import DEFAULT_CONTROLLER_MANAGER_URL, DEFAULT_SCHEDULER_URL
 from apiserver.registry.scheduling import SYSTEM_PRIORITY_CLASSES
 from apiserver.registry.store import RESTStore, ServerContext, WriteOptions
 from apiserver.registry.strategies import strategy_for
@@ -65,6 +68,9 @@ class Options:
     #: --enable-admission-plugins / --disable-admission-plugins: changes to upstream's default-enabled set
     enable_admission_plugins: list[str] = field(default_factory=list)
     disable_admission_plugins: list[str] = field(default_factory=list)
+    #: Where ComponentStatus probes the scheduler and the controller-manager (upstream: fixed local ports).
+    scheduler_health_url: str = DEFAULT_SCHEDULER_URL
+    controller_manager_health_url: str = DEFAULT_CONTROLLER_MANAGER_URL
 
 
 class APIServer:
@@ -136,6 +142,7 @@ class APIServer:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._compact_loop()))
         self._tasks.append(loop.create_task(self._health_loop()))
+        self._tasks.append(loop.create_task(flowcontrol_status_loop(*self._flowcontrol_stores())))
         log.info("apiserver ready", etcd=self.etcd.endpoint, revision=self.cache.revision)
 
     async def stop(self) -> None:
@@ -145,6 +152,10 @@ class APIServer:
         await self.custom_resources.stop()
         await self.cache.stop()
         await self.etcd.close()
+
+    def _flowcontrol_stores(self) -> tuple[RESTStore, RESTStore]:
+        group = "flowcontrol.apiserver.k8s.io"
+        return self.store(group, "v1", "flowschemas"), self.store(group, "v1", "prioritylevelconfigurations")
 
     async def _ensure(self, store: RESTStore, namespace: str | None, obj: dict[str, object]) -> None:
         """Create `obj` unless it exists; every replica runs this, so losing the race is fine."""
@@ -172,6 +183,7 @@ class APIServer:
                 "metadata": {"name": name}, "value": value, "description": description,
                 "preemptionPolicy": "PreemptLowerPriority",
             })
+        await ensure_bootstrap_configuration(*self._flowcontrol_stores())
         await ensure_bootstrap_policy(Stores(
             roles=self.store("rbac.authorization.k8s.io", "v1", "roles"),
             cluster_roles=self.store("rbac.authorization.k8s.io", "v1", "clusterroles"),

@@ -2,8 +2,9 @@
 
 One per cluster, started by `pyk8s up`. It watches Nodes and, in each real node's network namespace,
 routes every other node's spec.podCIDR via that node's InternalIP on the node segment, and removes
-the routes of nodes that are gone. Its routes carry a protocol number of their own, so it finds and
-replaces only what it wrote.
+the routes of nodes that are gone. With `--host-routes` it routes every node's pod CIDR from the host
+too, because the apiserver must reach pod IPs directly, as upstream's does (services/proxy, pods/proxy).
+Its routes carry a protocol number of their own, so it finds and replaces only what it wrote.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ def parser() -> argparse.ArgumentParser:
                    help="a real node and the network namespace it lives in (repeat per node)")
     p.add_argument("--node-subnet", required=True,
                    help="the node segment: only nodes with an InternalIP in it are routed to")
+    p.add_argument("--host-routes", action="store_true",
+                   help="also route every node's pod CIDR from the host's own network namespace")
     p.add_argument("--resync", type=float, default=10.0, help="seconds between full resyncs")
     return p
 
@@ -77,13 +80,15 @@ def route_batch(current: dict[str, str], desired: dict[str, str]) -> list[str]:
     return lines
 
 
-async def _ip(netns: str, *args: str, stdin: bytes | None = None) -> str:
+async def _ip(netns: str | None, *args: str, stdin: bytes | None = None) -> str:
+    """`ip` in a node's namespace, or in the host's own when `netns` is None."""
+    where = ("-n", netns) if netns else ()
     proc = await asyncio.create_subprocess_exec(
-        "ip", "-n", netns, *args, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        "ip", *where, *args, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await proc.communicate(stdin)
     if proc.returncode != 0:
-        raise RuntimeError(f"ip -n {netns} {' '.join(args)}: {err.decode(errors='replace').strip()}")
+        raise RuntimeError(f"ip {' '.join(where)} {' '.join(args)}: {err.decode(errors='replace').strip()}")
     return out.decode()
 
 
@@ -93,16 +98,20 @@ def netns_exists(netns: str) -> bool:
 
 
 class RouteSync:
-    def __init__(self, informer: Informer, netns: dict[str, str], subnet: ipaddress.IPv4Network) -> None:
+    def __init__(self, informer: Informer, netns: dict[str, str], subnet: ipaddress.IPv4Network,
+                 host: bool = False) -> None:
         self.informer = informer
         self.netns = netns
         self.subnet = subnet
+        self.host = host
         self.synced = False
 
     async def sync(self) -> None:
         table = routes_by_node(self.informer.list(), self.subnet)
-        results = await asyncio.gather(*(self.sync_node(node, ns, table) for node, ns in self.netns.items()),
-                                       return_exceptions=True)
+        syncs = [self.sync_node(node, ns, table) for node, ns in self.netns.items()]
+        if self.host:
+            syncs.append(self.apply(None, "host", desired_for("", table)))
+        results = await asyncio.gather(*syncs, return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         for error in errors:
             log.warning("route sync failed", error=str(error))
@@ -111,19 +120,23 @@ class RouteSync:
     async def sync_node(self, node: str, netns: str, table: dict[str, tuple[str, list[str]]]) -> None:
         if not netns_exists(netns):
             return
+        await self.apply(netns, node, desired_for(node, table))
+
+    async def apply(self, netns: str | None, node: str, desired: dict[str, str]) -> None:
+        """Make the routes this process owns in `netns` (None: the host) exactly `desired`."""
         raw = await _ip(netns, "-j", "-4", "route", "show", "proto", ROUTE_PROTO)
         current = {r["dst"]: r.get("gateway", "") for r in orjson.loads(raw or "[]") if "dst" in r}
-        lines = route_batch(current, desired_for(node, table))
+        lines = route_batch(current, desired)
         if lines:
             await _ip(netns, "-batch", "-", stdin="\n".join(lines).encode() + b"\n")
-            log.info("routes updated", node=node, netns=netns, changes=lines)
+            log.info("routes updated", node=node, netns=netns or "host", changes=lines)
 
 
 async def main_async(args: argparse.Namespace) -> None:
     netns = dict(item.split("=", 1) for item in args.netns)
     client = Client(client_config(args, "pyk8s-noderoutes"))
     informer = Informer(client, NODES)
-    routes = RouteSync(informer, netns, ipaddress.IPv4Network(args.node_subnet))
+    routes = RouteSync(informer, netns, ipaddress.IPv4Network(args.node_subnet), host=args.host_routes)
     wake = asyncio.Event()
     informer.add_event_handler(lambda _n: wake.set(), lambda _o, _n: wake.set(), lambda _n: wake.set())
     health = await start_health(args)

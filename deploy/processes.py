@@ -115,6 +115,8 @@ def _apiserver_argv(state: State) -> list[str]:
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         f"--kubelet-client-certificate={kubelet_cert}",
         f"--kubelet-client-key={kubelet_key}",
+        f"--scheduler-health-url={_local_health('scheduler')(state)}",
+        f"--controller-manager-health-url={_local_health('controller-manager')(state)}",
     ]
 
 
@@ -150,7 +152,7 @@ def _controller_manager_argv(state: State) -> list[str]:
 def _noderoutes_argv(state: State) -> list[str]:
     pairs = [f"--netns={n.name}={n.netns}" for n in nodes.node_nets(state)]
     return [*_component("deploy.noderoutes", "noderoutes")(state), f"--node-subnet={state.settings.node_subnet}",
-            *pairs]
+            "--host-routes", *pairs]
 
 
 def _dns_argv(state: State) -> list[str]:

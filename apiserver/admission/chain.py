@@ -27,6 +27,7 @@ from apiserver.admission.interfaces import (
 from apiserver.admission.namespacelifecycle import NamespaceLifecycle
 from apiserver.admission.priority import Priority
 from apiserver.admission.resourcequota import ResourceQuota
+from apiserver.admission.runtimeclass import RuntimeClass
 from apiserver.admission.serviceaccount import ServiceAccount
 from apiserver.admission.storageobjectinuseprotection import StorageObjectInUseProtection
 from services.api.catalog import Resource
@@ -84,7 +85,7 @@ DEFAULT_ON: frozenset[str] = frozenset({
 #: the plugins pyk8s implements, by name
 REGISTERED: dict[str, type[Plugin]] = {p.name: p for p in (
     NamespaceLifecycle, ServiceAccount, AlwaysPullImages, Priority, DefaultTolerationSeconds, DefaultStorageClass,
-    StorageObjectInUseProtection, ResourceQuota,
+    StorageObjectInUseProtection, RuntimeClass, ResourceQuota,
 )}
 
 

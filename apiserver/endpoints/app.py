@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 import re
+import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,8 +21,9 @@ from apiserver.auth.authn import Authenticator, impersonate, load_token_file, pe
 from apiserver.auth.authz import ALLOW, AlwaysAllow, AlwaysDeny, Chain, forbidden, request_attributes, split_path
 from apiserver.auth.rbac import RBAC_GROUP, RBACAuthorizer, escalation_allowed
 from apiserver.endpoints import discovery, openapi, proxy, typecheck
-from apiserver.endpoints.negotiation import PATCH_TYPES, decode_body, media_type, read_body
+from apiserver.endpoints.negotiation import PATCH_TYPES, decode_body, media_type, negotiate, read_body
 from apiserver.endpoints.resources import ResourceHandler, Target, parse_path
+from apiserver.registry import componentstatus
 from apiserver.registry.store import apply_patch
 from services.api import errors
 from services.auth.identity import MASTERS, UserInfo
@@ -30,6 +32,7 @@ log = structlog.get_logger("apiserver.http")
 
 _POD_STREAM = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/(log|exec|attach|portforward)$")
 _NODE_PROXY = re.compile(r"^/api/v1/nodes/([^/]+)/proxy(?:/(.*))?$")
+_OBJECT_PROXY = re.compile(r"^/api/v1/namespaces/([^/]+)/(services|pods)/([^/]+)/proxy(/.*)?$")
 
 KUBE_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-pyk8s.0"}
 REVIEW_GROUPS = ("authentication.k8s.io", "authorization.k8s.io")
@@ -123,7 +126,28 @@ def create_app(server: Any) -> FastAPI:
             return await review(request, target)
         if group == RBAC_GROUP and request.method in ("POST", "PUT", "PATCH"):
             await guard_escalation(request, target)
+        if not group and target.res.plural == "componentstatuses" and not target.subresource:
+            return await component_statuses(request, target)
         return await handler.handle(request, target)
+
+    components = componentstatus.Components(server.etcd.current_revision, options.scheduler_health_url,
+                                            options.controller_manager_health_url)
+
+    async def component_statuses(request: Request, target: Target) -> Response:
+        """Probed on every request, never stored; upstream marks the API deprecated in a Warning."""
+        params = request.query_params
+        if request.method != "GET" or params.get("watch", "").lower() in ("true", "1"):
+            raise errors.method_not_allowed()
+        rep = negotiate(request.headers.get("accept"), is_list=target.name is None,
+                        include_object=params.get("includeObject", "Metadata"))
+        store = server.store("", "v1", "componentstatuses")
+        if target.name:
+            response = handler.render(await componentstatus.get_status(components, target.name), rep, target.res)
+        else:
+            items: list[Any] = await componentstatus.list_statuses(components)
+            response = handler.render_list(store, items, {"resourceVersion": ""}, rep)
+        response.headers["Warning"] = componentstatus.DEPRECATION_WARNING
+        return response
 
     async def review(request: Request, target: Target) -> Response:
         """The review APIs answer from this apiserver's own authenticators and authorizers."""
@@ -331,8 +355,33 @@ class APIApp:
                 raise forbidden(attrs, reason)
         return user
 
+    async def _object_proxy(self, scope: dict[str, Any], receive: Any, send: Any) -> bool:
+        """services/proxy and pods/proxy: the request relayed to a ready endpoint or the pod's IP."""
+        raw = scope.get("raw_path") or scope["path"].encode()
+        match = _OBJECT_PROXY.match(raw.split(b"?", 1)[0].decode("latin-1"))
+        if match is None:
+            return False
+        namespace, resource, ident, rest = (urllib.parse.unquote(g) if i < 3 else g
+                                            for i, g in enumerate(match.groups()))
+
+        def getter(plural: str) -> proxy.Getter:
+            return lambda ns, name: self.server.store("", "v1", plural).get(ns, name)
+
+        async def locate() -> str:
+            if not self.server.ready:
+                raise errors.StatusError(503, "ServiceUnavailable", "the apiserver is starting")
+            if resource == "services":
+                return await proxy.service_location(namespace, ident, getter("services"), getter("endpoints"),
+                                                    getter("pods"))
+            return await proxy.pod_location(namespace, ident, getter("pods"))
+
+        await proxy.proxy_to(scope, receive, send, locate, rest, self.kubelet)
+        return True
+
     async def _streams(self, scope: dict[str, Any], receive: Any, send: Any) -> bool:
         """Pod logs, exec, attach, port-forward and node proxying, relayed to the node's kubelet."""
+        if await self._object_proxy(scope, receive, send):
+            return True
         path: str = scope["path"]
         pod_match = _POD_STREAM.match(path)
         node_match = None if pod_match else _NODE_PROXY.match(path)

@@ -86,6 +86,8 @@ CORE: dict[str, str] = {
     "ResourceQuota": _OBJECT.format("ResourceQuota"),
     "ReplicationController": _OBJECT.format("ReplicationController"),
     "PodTemplate": "1 metadata ObjectMeta, 2 template PodTemplateSpec",
+    "ComponentStatus": "1 metadata ObjectMeta, 2 conditions []ComponentCondition",
+    "ComponentCondition": "1 type!, 2 status!, 3 message, 4 error",
     # Namespace.
     "NamespaceSpec": "1 finalizers []s",
     "NamespaceStatus": "1 phase, 2 conditions []NamespaceCondition",
@@ -712,6 +714,46 @@ SCHEDULING: dict[str, str] = {
     ),
 }
 
+NODE: dict[str, str] = {
+    "RuntimeClass": "1 metadata ObjectMeta, 2 handler!, 3 overhead *Overhead, 4 scheduling *Scheduling",
+    "Overhead": "1 podFixed {}Q",
+    "Scheduling": "1 nodeSelector {}s, 2 tolerations []Toleration",
+}
+
+FLOWCONTROL: dict[str, str] = {
+    "FlowSchema": _OBJECT.format("FlowSchema"),
+    "FlowSchemaSpec": (
+        "1 priorityLevelConfiguration! PriorityLevelConfigurationReference, 2 matchingPrecedence i,"
+        " 3 distinguisherMethod *FlowDistinguisherMethod, 4 rules []PolicyRulesWithSubjects"
+    ),
+    "PriorityLevelConfigurationReference": "1 name!",
+    "FlowDistinguisherMethod": "1 type!",
+    "PolicyRulesWithSubjects": (
+        "1 subjects! []Subject, 2 resourceRules []ResourcePolicyRule, 3 nonResourceRules []NonResourcePolicyRule"
+    ),
+    "Subject": "1 kind!, 2 user *UserSubject, 3 group *GroupSubject, 4 serviceAccount *ServiceAccountSubject",
+    "UserSubject": "1 name!",
+    "GroupSubject": "1 name!",
+    "ServiceAccountSubject": "1 namespace!, 2 name!",
+    "ResourcePolicyRule": "1 verbs! []s, 2 apiGroups! []s, 3 resources! []s, 4 clusterScope b, 5 namespaces []s",
+    "NonResourcePolicyRule": "1 verbs! []s, 6 nonResourceURLs! []s",
+    "FlowSchemaStatus": "1 conditions []FlowSchemaCondition",
+    "FlowSchemaCondition": "1 type, 2 status, 3 lastTransitionTime T, 4 reason, 5 message",
+    "PriorityLevelConfiguration": _OBJECT.format("PriorityLevelConfiguration"),
+    "PriorityLevelConfigurationSpec": (
+        "1 type!, 2 limited *LimitedPriorityLevelConfiguration, 3 exempt *ExemptPriorityLevelConfiguration"
+    ),
+    "LimitedPriorityLevelConfiguration": (
+        "1 nominalConcurrencyShares! *i, 2 limitResponse LimitResponse, 3 lendablePercent *i,"
+        " 4 borrowingLimitPercent *i"
+    ),
+    "LimitResponse": "1 type!, 2 queuing *QueuingConfiguration",
+    "QueuingConfiguration": "1 queues i, 2 handSize i, 3 queueLengthLimit i",
+    "ExemptPriorityLevelConfiguration": "1 nominalConcurrencyShares *i, 2 lendablePercent *i",
+    "PriorityLevelConfigurationStatus": "1 conditions []PriorityLevelConfigurationCondition",
+    "PriorityLevelConfigurationCondition": "1 type, 2 status, 3 lastTransitionTime T, 4 reason, 5 message",
+}
+
 AUTHENTICATION: dict[str, str] = {
     "TokenRequest": "1 metadata ObjectMeta, 2 spec TokenRequestSpec, 3 status TokenRequestStatus",
     "TokenRequestSpec": "1 audiences! []s, 3 boundObjectRef! *BoundObjectReference, 4 expirationSeconds! *l",
@@ -778,6 +820,8 @@ PACKAGES: dict[str, tuple[str, dict[str, str], str]] = {
     "networking": ("networking.k8s.io/v1", NETWORKING, "io.k8s.api.networking.v1"),
     "storage": ("storage.k8s.io/v1", STORAGE, "io.k8s.api.storage.v1"),
     "scheduling": ("scheduling.k8s.io/v1", SCHEDULING, "io.k8s.api.scheduling.v1"),
+    "node": ("node.k8s.io/v1", NODE, "io.k8s.api.node.v1"),
+    "flowcontrol": ("flowcontrol.apiserver.k8s.io/v1", FLOWCONTROL, "io.k8s.api.flowcontrol.v1"),
     "authentication": ("authentication.k8s.io/v1", AUTHENTICATION, "io.k8s.api.authentication.v1"),
     "authorization": ("authorization.k8s.io/v1", AUTHORIZATION, "io.k8s.api.authorization.v1"),
 }
@@ -788,7 +832,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "core": (
         "Namespace", "Pod", "Binding", "Service", "Endpoints", "Node", "ConfigMap", "Secret", "ServiceAccount",
         "Event", "PersistentVolume", "PersistentVolumeClaim", "LimitRange", "ResourceQuota",
-        "ReplicationController", "PodTemplate",
+        "ReplicationController", "PodTemplate", "ComponentStatus",
     ),
     "apps": ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "ControllerRevision"),
     "batch": ("Job", "CronJob"),
@@ -802,6 +846,8 @@ KINDS: dict[str, tuple[str, ...]] = {
     "networking": ("Ingress", "IngressClass", "NetworkPolicy"),
     "storage": ("StorageClass",),
     "scheduling": ("PriorityClass",),
+    "node": ("RuntimeClass",),
+    "flowcontrol": ("FlowSchema", "PriorityLevelConfiguration"),
     "authentication": ("TokenRequest", "TokenReview", "SelfSubjectReview"),
     "authorization": (
         "SubjectAccessReview", "LocalSubjectAccessReview", "SelfSubjectAccessReview", "SelfSubjectRulesReview",

@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+import posixpath
+import random
 import ssl
 import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +32,7 @@ from wsproto.connection import ConnectionState
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from services.api import errors
+from services.client.dialerrors import dial_error
 
 log = structlog.get_logger(__name__)
 
@@ -35,6 +40,10 @@ Scope = dict[str, Any]
 SPDY = b"spdy/3.1"
 STREAM_PROTOCOL = b"x-stream-protocol-version"
 HIGH_WATER = 1 << 20
+#: Headers that belong to one connection (RFC 9110 7.6.1), never copied across a proxy.
+_HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+                         "te", "trailer", "transfer-encoding", "upgrade"})
+_NOT_FORWARDED = _HOP_BY_HOP | {"host", "authorization"}
 LOG_PARAMS = ("follow", "previous", "timestamps", "sinceSeconds", "sinceTime", "tailLines", "limitBytes")
 
 
@@ -225,7 +234,166 @@ async def proxy_node(scope: Scope, receive: Any, send: Any, node: dict[str, Any]
     elif is_spdy_upgrade(scope):
         await _relay_spdy(scope, receive, send, target, config)
     else:
-        await _forward_http(scope, receive, send, target, config, raw=True)
+        await _forward_http(scope, receive, send, target, config, raw=True, all_headers=True)
+
+
+# -- services/proxy and pods/proxy ---------------------------------------------------------------------
+
+Getter = Callable[[str, str], Awaitable[dict[str, Any]]]
+_SCHEMES = ("", "http", "https")
+
+
+def split_scheme_name_port(ident: str) -> tuple[str, str, str] | None:
+    """`name`, `name:port` or `scheme:name:port` as upstream's SplitSchemeNamePort reads them; None if invalid."""
+    parts = ident.split(":")
+    if len(parts) == 1:
+        scheme, name, port = "", parts[0], ""
+    elif len(parts) == 2:
+        scheme, (name, port) = "", parts
+    elif len(parts) == 3:
+        scheme, name, port = parts
+    else:
+        return None
+    return (scheme, name, port) if name and scheme in _SCHEMES else None
+
+
+def _join_host(ip: str, port: str | int) -> str:
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"{host}:{port}" if port != "" else host
+
+
+async def service_location(namespace: str, ident: str, services: Getter, endpoints: Getter, pods: Getter) -> str:
+    """`scheme://ip:port` of one ready endpoint behind the service port `ident` names, picked at random as
+    upstream does; each candidate must still be the IP of the pod its targetRef names."""
+    split = split_scheme_name_port(ident)
+    if split is None:
+        raise errors.bad_request(f'invalid service request "{ident}"')
+    scheme, name, port = split
+    if port.isdigit():
+        service = await services(namespace, name)
+        named = [p.get("name") or "" for p in (service.get("spec") or {}).get("ports") or []
+                 if p.get("port") == int(port)]
+        if not named:
+            raise _unavailable(f'no service port {int(port)} found for service "{name}"')
+        port = named[0]
+    eps = await endpoints(namespace, name)
+    subsets = eps.get("subsets") or []
+    if not subsets:
+        raise _unavailable(f'no endpoints available for service "{name}"')
+    start = random.randrange(len(subsets))
+    for i in range(len(subsets)):
+        subset = subsets[(start + i) % len(subsets)]
+        addresses = subset.get("addresses") or []
+        if not addresses:
+            continue
+        for sport in subset.get("ports") or []:
+            if (sport.get("name") or "") != port:
+                continue
+            first = random.randrange(len(addresses))
+            for j in range(len(addresses)):
+                address = addresses[(first + j) % len(addresses)]
+                if await _is_valid_address(namespace, address, pods):
+                    return f"{scheme or 'http'}://{_join_host(address['ip'], sport['port'])}"
+    raise _unavailable(f'no endpoints available for service "{ident}"')
+
+
+def _unavailable(message: str) -> errors.StatusError:
+    return errors.StatusError(503, "ServiceUnavailable", message)
+
+
+async def _is_valid_address(namespace: str, address: dict[str, Any], pods: Getter) -> bool:
+    """Upstream only proxies to an address whose targetRef pod still has that IP."""
+    ref = address.get("targetRef") or {}
+    if not ref or ref.get("namespace") != namespace or not ref.get("name"):
+        log.warning("endpoint address skipped: no target ref in this namespace", address=address.get("ip"))
+        return False
+    try:
+        pod = await pods(namespace, ref["name"])
+    except errors.StatusError:
+        return False
+    status = pod.get("status") or {}
+    ips = [p.get("ip") for p in status.get("podIPs") or []] or [status.get("podIP")]
+    return address.get("ip") in ips
+
+
+def _global_unicast(value: str) -> bool:
+    """Go's net.IP.IsGlobalUnicast: private ranges count, loopback, link-local, multicast and broadcast not."""
+    try:
+        ip = ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return not (ip.is_unspecified or ip.is_loopback or ip.is_multicast or ip.is_link_local
+                or ip == ipaddress.IPv4Address("255.255.255.255"))
+
+
+async def pod_location(namespace: str, ident: str, pods: Getter) -> str:
+    """`scheme://podIP[:port]`; without a port, the first container port the pod declares, as upstream."""
+    split = split_scheme_name_port(ident)
+    if split is None:
+        raise errors.bad_request(f'invalid pod request "{ident}"')
+    scheme, name, port = split
+    pod = await pods(namespace, name)
+    if not port:
+        port = next((str(c["ports"][0].get("containerPort")) for c in (pod.get("spec") or {}).get("containers") or []
+                     if c.get("ports")), "")
+    status = pod.get("status") or {}
+    pod_ip = ((status.get("podIPs") or [{}])[0].get("ip") or status.get("podIP") or "")
+    if not _global_unicast(pod_ip):
+        raise errors.bad_request("address not allowed")
+    return f"{scheme or 'http'}://{_join_host(pod_ip, port)}"
+
+
+_INSECURE = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+_INSECURE.check_hostname = False
+_INSECURE.verify_mode = ssl.CERT_NONE
+
+
+async def proxy_to(scope: Scope, receive: Any, send: Any, locate: Callable[[], Awaitable[str]], path: str | None,
+                   config: KubeletClientConfig = DEFAULT_CONFIG) -> None:
+    """Serve a services/proxy or pods/proxy request: any method, headers and bodies streamed both ways.
+
+    `path` is what follows `/proxy` (None when nothing does: upstream then redirects to `/proxy/`).
+    `https:` targets are not verified, as upstream's proxy transport does not.
+    """
+    try:
+        base = await locate()
+    except errors.StatusError as exc:
+        await _send_status(scope, send, exc)
+        return
+    qs = scope.get("query_string", b"").decode("latin-1")
+    if path is None and scope["type"] == "websocket":
+        path = "/"
+    if path is None:
+        location = scope.get("raw_path", scope["path"].encode()).split(b"?", 1)[0] + b"/" + \
+            (b"?" + qs.encode("latin-1") if qs else b"")
+        await send({"type": "http.response.start", "status": 301,
+                    "headers": [(b"location", location), (b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    target = base + "/" + path.lstrip("/") + (f"?{qs}" if qs else "")
+    if scope["type"] == "websocket":
+        await _relay_websocket(scope, receive, send, target.replace("http", "ws", 1), config, _INSECURE)
+        return
+    raw_path = scope.get("raw_path", scope["path"].encode()).split(b"?", 1)[0].decode("latin-1")
+    prefix = raw_path[:len(raw_path) - len(path)] if path else raw_path
+    backend = urllib.parse.urlsplit(base).netloc
+    await _forward_http(scope, receive, send, target, config, raw=True, verify=_INSECURE,
+                        target="service", all_headers=True,
+                        rewrite_location=lambda loc: rewrite_location(loc, backend, prefix))
+
+
+def rewrite_location(location: str, backend: str, prefix: str) -> str:
+    """A backend's redirect as the client must follow it: through the proxy path, as upstream's proxy
+    transport rewrites it. Relative ones and those to other hosts are left alone."""
+    parts = urllib.parse.urlsplit(location)
+    if (parts.netloc and parts.netloc != backend) or not parts.path.startswith("/"):
+        return location
+    new_path = parts.path
+    if not new_path.startswith(prefix):
+        new_path = posixpath.normpath(prefix.rstrip("/") + "/" + new_path.lstrip("/"))
+        if parts.path.endswith("/") and not new_path.endswith("/"):
+            new_path += "/"
+    return urllib.parse.urlunsplit(("", "", new_path, parts.query, parts.fragment))
 
 
 async def _read_body(receive: Any) -> bytes:
@@ -240,30 +408,84 @@ async def _read_body(receive: Any) -> bytes:
     return b"".join(chunks)
 
 
+async def _body_stream(receive: Any) -> AsyncIterator[bytes]:
+    """The client's request body chunk by chunk, so an upload is never held whole in memory."""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        if chunk := message.get("body", b""):
+            yield chunk
+        if not message.get("more_body"):
+            return
+
+
+def _forwarded_headers(scope: Scope) -> list[tuple[str, str]]:
+    """The client's headers minus hop-by-hop ones and the credentials the apiserver consumed, as upstream's
+    authentication and impersonation filters drop them before proxying; X-Forwarded-For names the client."""
+    headers = []
+    for key, value in scope.get("headers", []):
+        name = key.decode("latin-1").lower()
+        if name in _NOT_FORWARDED or name.startswith("impersonate-"):
+            continue
+        headers.append((name, value.decode("latin-1")))
+    client = scope.get("client")
+    if client:
+        prior = next((v for k, v in headers if k == "x-forwarded-for"), None)
+        headers = [(k, v) for k, v in headers if k != "x-forwarded-for"]
+        headers.append(("x-forwarded-for", f"{prior}, {client[0]}" if prior else client[0]))
+    return headers
+
+
 async def _forward_http(scope: Scope, receive: Any, send: Any, url: str, config: KubeletClientConfig, *,
-                        raw: bool = False) -> None:
-    """Stream the kubelet's answer back; `raw` passes error answers through instead of making them Status."""
+                        raw: bool = False, verify: ssl.SSLContext | None = None, target: str = "the kubelet",
+                        all_headers: bool = False, rewrite_location: Callable[[str], str] | None = None) -> None:
+    """Stream the answer of `url` back as it comes.
+
+    `raw` passes error answers through instead of making them Status; `all_headers` forwards every
+    end-to-end header both ways (the generic proxies) rather than just the content negotiation ones;
+    `rewrite_location` maps a redirect's Location header.
+    """
     method = scope.get("method", "GET")
-    body = await _read_body(receive) if method not in ("GET", "HEAD") else b""
-    passed = {"accept", "content-type"}
-    headers = [(k.decode(), v.decode()) for k, v in scope.get("headers", []) if k.decode().lower() in passed]
+    if all_headers:
+        headers = _forwarded_headers(scope)
+        has_body = method not in ("GET", "HEAD") or any(k in ("content-length", "transfer-encoding")
+                                                        for k, _ in headers)
+        content: Any = _body_stream(receive) if has_body else None
+    else:
+        passed = {"accept", "content-type"}
+        headers = [(k.decode(), v.decode()) for k, v in scope.get("headers", []) if k.decode().lower() in passed]
+        content = (await _read_body(receive) or None) if method not in ("GET", "HEAD") else None
     timeout = httpx.Timeout(config.timeout, read=None)
-    async with httpx.AsyncClient(verify=config.ssl_context(), timeout=timeout) as client:
+    async with httpx.AsyncClient(verify=verify or config.ssl_context(), timeout=timeout) as client:
         try:
-            request = client.build_request(method, url, content=body or None, headers=headers)
+            request = client.build_request(method, url, content=content, headers=headers)
             response = await client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            await _send_status(scope, send, errors.internal(f"error trying to reach the kubelet: {exc}"))
+            parts = urllib.parse.urlsplit(url)
+            reason = dial_error(exc, parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
+            message = f"error trying to reach {target}: {reason or exc}"
+            # A plain error upstream's proxies turn into a reason-less 500, not an InternalError.
+            await _send_status(scope, send, errors.StatusError(500, "", message) if all_headers and raw
+                               else errors.internal(message))
             return
         try:
             if response.status_code >= 400 and not raw:
                 await _send_status(scope, send, _status_from_kubelet(response.status_code, await response.aread()))
                 return
-            out_headers = [(b"content-type", response.headers.get("content-type", "text/plain").encode())]
+            if all_headers:
+                out_headers = [(k.lower(), v) for k, v in response.headers.raw
+                               if k.decode("latin-1").lower() not in _HOP_BY_HOP]
+                if rewrite_location is not None:
+                    out_headers = [(k, rewrite_location(v.decode("latin-1")).encode("latin-1") if k == b"location"
+                                    else v) for k, v in out_headers]
+            else:
+                out_headers = [(b"content-type", response.headers.get("content-type", "text/plain").encode())]
             await send({"type": "http.response.start", "status": response.status_code, "headers": out_headers})
-            with contextlib.suppress(httpx.HTTPError):
-                async for chunk in response.aiter_raw():
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if method != "HEAD":
+                with contextlib.suppress(httpx.HTTPError):
+                    async for chunk in response.aiter_raw():
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
         finally:
             await response.aclose()
@@ -369,12 +591,13 @@ class KubeletSocket:
         self.writer.close()
 
 
-async def _relay_websocket(scope: Scope, receive: Any, send: Any, url: str, config: KubeletClientConfig) -> None:
+async def _relay_websocket(scope: Scope, receive: Any, send: Any, url: str, config: KubeletClientConfig,
+                           ctx: ssl.SSLContext | None = None) -> None:
     first = await receive()
     if first["type"] != "websocket.connect":
         return
     try:
-        upstream = await KubeletSocket.open(url, list(scope.get("subprotocols") or []), config.ssl_context(),
+        upstream = await KubeletSocket.open(url, list(scope.get("subprotocols") or []), ctx or config.ssl_context(),
                                             config.timeout)
     except KubeletRefused as exc:
         await _send_status(scope, send, _status_from_kubelet(exc.status, exc.body))

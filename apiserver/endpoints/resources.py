@@ -468,6 +468,10 @@ class ResourceHandler:
         payload = head[:-1] + b',"items":[' + b",".join(parts) + b"]}"
         return Response(payload, 200, media_type="application/json")
 
+    #: For resources served without a store behind them (ComponentStatus): the same representations.
+    render = _object
+    render_list = _list
+
     @staticmethod
     def _success(res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
         m = obj.get("metadata", {})

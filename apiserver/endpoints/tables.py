@@ -731,6 +731,41 @@ def _lease_cells(obj: dict[str, Any], now: float) -> Row:
     return [obj["metadata"].get("name", ""), holder, _age(obj, now)]
 
 
+def _component_status_cells(obj: dict[str, Any], now: float) -> Row:
+    status, message, error = "Unknown", "", ""
+    for cond in obj.get("conditions") or []:
+        if cond.get("type") == "Healthy":
+            status = "Healthy" if cond.get("status") == "True" else "Unhealthy"
+            message, error = cond.get("message") or "", cond.get("error") or ""
+            break
+    return [obj["metadata"].get("name", ""), status, message, error]
+
+
+def _runtime_class_cells(obj: dict[str, Any], now: float) -> Row:
+    return [obj["metadata"].get("name", ""), obj.get("handler") or "", _age(obj, now)]
+
+
+def _flow_schema_cells(obj: dict[str, Any], now: float) -> Row:
+    spec = obj.get("spec") or {}
+    method = (spec.get("distinguisherMethod") or {}).get("type") or _NONE
+    dangling = next((c.get("status") or "" for c in (obj.get("status") or {}).get("conditions") or []
+                     if c.get("type") == "Dangling"), "?")
+    return [obj["metadata"].get("name", ""), (spec.get("priorityLevelConfiguration") or {}).get("name") or "",
+            spec.get("matchingPrecedence") or 0, method, _age(obj, now), dangling]
+
+
+def _priority_level_cells(obj: dict[str, Any], now: float) -> Row:
+    spec = obj.get("spec") or {}
+    shares = queues = hand = limit = _NONE
+    limited = spec.get("limited")
+    if spec.get("type") == "Limited" and limited is not None:
+        shares = limited.get("nominalConcurrencyShares", 0)
+        queuing = (limited.get("limitResponse") or {}).get("queuing")
+        if queuing is not None:
+            queues, hand, limit = (queuing.get(k, 0) for k in ("queues", "handSize", "queueLengthLimit"))
+    return [obj["metadata"].get("name", ""), spec.get("type") or "", shares, queues, hand, limit, _age(obj, now)]
+
+
 def _controller_revision_cells(obj: dict[str, Any], now: float) -> Row:
     controller = _NONE
     for ref in obj["metadata"].get("ownerReferences") or ():
@@ -994,6 +1029,33 @@ _PRINTERS: dict[tuple[str, str], tuple[list[Column], RowFn]] = {
         AGE,
         _c("PreemptionPolicy", "string", ("scheduling.v1.PriorityClass", "preemptionPolicy")),
     ], _priority_class_cells),
+    ("", "componentstatuses"): ([
+        NAME,
+        _c("Status", "string", "Status of the component conditions"),
+        _c("Message", "string", "Message of the component conditions"),
+        _c("Error", "string", "Error of the component conditions"),
+    ], _component_status_cells),
+    ("node.k8s.io", "runtimeclasses"): ([
+        NAME, _c("Handler", "string", ("node.v1.RuntimeClass", "handler")), AGE,
+    ], _runtime_class_cells),
+    ("flowcontrol.apiserver.k8s.io", "flowschemas"): ([
+        NAME,
+        _c("PriorityLevel", "string", ("flowcontrol.v1.PriorityLevelConfigurationReference", "name")),
+        _c("MatchingPrecedence", "string", ("flowcontrol.v1.FlowSchemaSpec", "matchingPrecedence")),
+        _c("DistinguisherMethod", "string", ("flowcontrol.v1.FlowSchemaSpec", "distinguisherMethod")),
+        AGE,
+        _c("MissingPL", "string", "references a broken or non-existent PriorityLevelConfiguration"),
+    ], _flow_schema_cells),
+    ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations"): ([
+        NAME,
+        _c("Type", "string", ("flowcontrol.v1.PriorityLevelConfigurationSpec", "type")),
+        _c("NominalConcurrencyShares", "string",
+           ("flowcontrol.v1.LimitedPriorityLevelConfiguration", "nominalConcurrencyShares")),
+        _c("Queues", "string", ("flowcontrol.v1.QueuingConfiguration", "queues")),
+        _c("HandSize", "string", ("flowcontrol.v1.QueuingConfiguration", "handSize")),
+        _c("QueueLengthLimit", "string", ("flowcontrol.v1.QueuingConfiguration", "queueLengthLimit")),
+        AGE,
+    ], _priority_level_cells),
     ("discovery.k8s.io", "endpointslices"): ([
         NAME,
         _c("AddressType", "string", ("discovery.v1.EndpointSlice", "addressType")),

@@ -300,6 +300,10 @@ def _validate_tolerations(tolerations: Any, path: str) -> list[Cause]:
     return causes
 
 
+#: Also what RuntimeClass's scheduling.tolerations must satisfy.
+validate_tolerations = _validate_tolerations
+
+
 def validate_pod_spec(spec: Any, path: str = "spec", is_pod: bool = True,
                       claim_volumes: Iterable[str] = ()) -> list[Cause]:
     """Upstream's ValidatePodSpec for the fields users set. `claim_volumes` are volumes the pod will get

@@ -9,8 +9,10 @@ from apiserver.registry import (
     batch,
     core_misc,
     events,
+    flowcontrol,
     namespaces,
     networking,
+    node,
     pods,
     policy,
     rbac,
@@ -58,6 +60,9 @@ _BY_GROUP_RESOURCE: dict[tuple[str, str], type[Strategy]] = {
     ("networking.k8s.io", "networkpolicies"): networking.NetworkPolicyStrategy,
     ("storage.k8s.io", "storageclasses"): storage.StorageClassStrategy,
     ("scheduling.k8s.io", "priorityclasses"): scheduling.PriorityClassStrategy,
+    ("node.k8s.io", "runtimeclasses"): node.RuntimeClassStrategy,
+    ("flowcontrol.apiserver.k8s.io", "flowschemas"): flowcontrol.FlowSchemaStrategy,
+    ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations"): flowcontrol.PriorityLevelConfigurationStrategy,
     ("apiextensions.k8s.io", "customresourcedefinitions"): apiextensions.CustomResourceDefinitionStrategy,
 }
 

@@ -122,7 +122,8 @@ class RemoteRuntime:
         )
 
     async def run_sandbox(self, spec: SandboxSpec) -> str:
-        resp = await self._call(self.rt.RunPodSandbox, pb.RunPodSandboxRequest(config=self._sandbox_config(spec)))
+        resp = await self._call(self.rt.RunPodSandbox, pb.RunPodSandboxRequest(
+            config=self._sandbox_config(spec), runtime_handler=spec.runtime_handler))
         return resp.pod_sandbox_id  # type: ignore[attr-defined]
 
     async def stop_sandbox(self, sandbox_id: str) -> None:

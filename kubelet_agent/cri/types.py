@@ -70,6 +70,8 @@ class SandboxSpec:
     sysctls: dict[str, str] = field(default_factory=dict)
     #: a privileged container needs a privileged sandbox (CRI LinuxSandboxSecurityContext.privileged)
     privileged: bool = False
+    #: The CRI runtime handler (containerd's runtime name) from the pod's RuntimeClass; "" is the default.
+    runtime_handler: str = ""
 
 
 @dataclass

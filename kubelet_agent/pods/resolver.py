@@ -15,6 +15,7 @@ SERVICES = gvr("v1", "services")
 PVCS = gvr("v1", "persistentvolumeclaims")
 PVS = gvr("v1", "persistentvolumes", namespaced=False)
 SERVICEACCOUNTS = gvr("v1", "serviceaccounts")
+RUNTIMECLASSES = gvr("node.k8s.io/v1", "runtimeclasses", namespaced=False)
 
 
 class Resolver:
@@ -47,6 +48,9 @@ class Resolver:
 
     async def pv(self, name: str) -> dict[str, Any] | None:
         return await self._get(PVS, None, name)
+
+    async def runtime_class(self, name: str) -> dict[str, Any] | None:
+        return await self._get(RUNTIMECLASSES, None, name)
 
     async def services(self, namespace: str) -> list[dict[str, Any]]:
         key = ("services", namespace, "")

@@ -379,8 +379,24 @@ class PodWorker:
             merged[opt["name"]] = f"{opt['name']}:{opt['value']}" if opt.get("value") else opt["name"]
         return servers[:3], searches[:32], list(merged.values())
 
+    async def _runtime_handler(self) -> str | None:
+        """The CRI handler the pod's RuntimeClass names ("" without one); None when the class is missing."""
+        name = self.spec.get("runtimeClassName")
+        if not name:
+            return ""
+        rc = await self.ctx.resolver.runtime_class(name) if self.ctx.resolver is not None else None
+        return None if rc is None else str(rc.get("handler") or "")
+
     async def _create_sandbox(self, attempt: int) -> SandboxInfo | None:
         spec = self.sandbox_spec(attempt)
+        handler = await self._runtime_handler()
+        if handler is None:
+            name = self.spec.get("runtimeClassName")
+            self._event("Warning", "FailedCreatePodSandBox",
+                        f'Failed to create pod sandbox: RuntimeClass "{name}" not found')
+            self._after(min(30.0, 2.0 * (attempt + 1)))
+            return None
+        spec.runtime_handler = handler
         try:
             async with self._gated():
                 sid = await self.ctx.runtime.run_sandbox(spec)

@@ -133,6 +133,7 @@ BUILTIN: tuple[Resource, ...] = (
     _r("v1", "ReplicationController", "replicationcontrollers", True, ["rc"], ["all"],
        sub=["status", "scale"], path="controllers", scale=_RC_SCALE),
     _r("v1", "PodTemplate", "podtemplates", True),
+    _r("v1", "ComponentStatus", "componentstatuses", False, ["cs"], verbs=("get", "list")),
     _r("apps/v1", "Deployment", "deployments", True, ["deploy"], ["all"], sub=["status", "scale"],
        scale=_APPS_SCALE),
     _r("apps/v1", "ReplicaSet", "replicasets", True, ["rs"], ["all"], sub=["status", "scale"],
@@ -160,6 +161,10 @@ BUILTIN: tuple[Resource, ...] = (
     _r("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", True, ["netpol"]),
     _r("storage.k8s.io/v1", "StorageClass", "storageclasses", False, ["sc"]),
     _r("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False, ["pc"]),
+    _r("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", False),
+    _r("flowcontrol.apiserver.k8s.io/v1", "FlowSchema", "flowschemas", False, sub=["status"]),
+    _r("flowcontrol.apiserver.k8s.io/v1", "PriorityLevelConfiguration", "prioritylevelconfigurations", False,
+       sub=["status"]),
     _r("authentication.k8s.io/v1", "TokenReview", "tokenreviews", False, verbs=("create",)),
     _r("authentication.k8s.io/v1", "SelfSubjectReview", "selfsubjectreviews", False, verbs=("create",)),
     _r("authorization.k8s.io/v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", False, verbs=("create",)),
@@ -175,7 +180,7 @@ BUILTIN: tuple[Resource, ...] = (
 GROUP_ORDER: tuple[str, ...] = (
     "", "apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "autoscaling", "batch",
     "policy", "rbac.authorization.k8s.io", "storage.k8s.io", "coordination.k8s.io", "discovery.k8s.io",
-    "networking.k8s.io", "scheduling.k8s.io", "apiextensions.k8s.io",
+    "networking.k8s.io", "scheduling.k8s.io", "node.k8s.io", "flowcontrol.apiserver.k8s.io", "apiextensions.k8s.io",
 )
 
 

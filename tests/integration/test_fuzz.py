@@ -596,6 +596,12 @@ _VALID_EXTRA: dict[tuple[str, str], dict[str, Any]] = {
     ("networking.k8s.io/v1", "IngressClass"): {"spec": {"controller": "pyk8s.io/fuzz"}},
     ("storage.k8s.io/v1", "StorageClass"): {"provisioner": "pyk8s.io/fuzz"},
     ("scheduling.k8s.io/v1", "PriorityClass"): {"value": 10},
+    ("node.k8s.io/v1", "RuntimeClass"): {"handler": "runc"},
+    ("flowcontrol.apiserver.k8s.io/v1", "FlowSchema"): {"spec": {
+        "priorityLevelConfiguration": {"name": "global-default"}, "matchingPrecedence": 5000,
+        "distinguisherMethod": {"type": "ByUser"}, "rules": []}},
+    ("flowcontrol.apiserver.k8s.io/v1", "PriorityLevelConfiguration"): {"spec": {
+        "type": "Limited", "limited": {"nominalConcurrencyShares": 5, "limitResponse": {"type": "Reject"}}}},
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): {"spec": {
         "group": "shapes.pyk8s.io", "scope": "Namespaced",
         "names": {"plural": "shapes", "singular": "shape", "kind": "Shape"},

@@ -17,7 +17,7 @@ from services.api.errors import StatusError
 
 #: the relative order of the plugins pyk8s has, as upstream's AllOrderedPlugins (v1.32) lists them
 UPSTREAM_ORDER = ["NamespaceLifecycle", "ServiceAccount", "AlwaysPullImages", "Priority", "DefaultTolerationSeconds",
-                  "DefaultStorageClass", "StorageObjectInUseProtection", "ResourceQuota"]
+                  "DefaultStorageClass", "StorageObjectInUseProtection", "RuntimeClass", "ResourceQuota"]
 
 
 def res(group: str, plural: str) -> Any:
@@ -42,7 +42,7 @@ def test_order_is_upstreams_whatever_the_flags_say() -> None:
     built = chain.build(list(reversed(UPSTREAM_ORDER)), config())
     assert names(built.plugins) == UPSTREAM_ORDER
     assert names(built.mutating) == UPSTREAM_ORDER[:-1]
-    assert names(built.validating) == ["AlwaysPullImages", "ResourceQuota"]
+    assert names(built.validating) == ["AlwaysPullImages", "RuntimeClass", "ResourceQuota"]
     assert [n for n in chain.ORDERED_PLUGINS if n in chain.REGISTERED] == UPSTREAM_ORDER
 
 
@@ -68,9 +68,9 @@ def test_each_resource_gets_only_its_plugins() -> None:
     built = chain.build(chain.enabled_plugins(["AlwaysPullImages"]), config())
     pods = built.for_resource(res("", "pods"))
     assert names(pods.mutators(CREATE)) == ["NamespaceLifecycle", "ServiceAccount", "AlwaysPullImages", "Priority",
-                                           "DefaultTolerationSeconds"]
+                                           "DefaultTolerationSeconds", "RuntimeClass"]
     assert names(pods.mutators(UPDATE)) == ["AlwaysPullImages", "Priority", "DefaultTolerationSeconds"]
-    assert names(pods.validators(CREATE)) == ["AlwaysPullImages", "ResourceQuota"]
+    assert names(pods.validators(CREATE)) == ["AlwaysPullImages", "RuntimeClass", "ResourceQuota"]
     assert names(pods.validators(UPDATE)) == ["AlwaysPullImages"]
     assert pods.mutators(UPDATE, "status") == () and pods.validators(UPDATE, "status") == ()
     claims = built.for_resource(res("", "persistentvolumeclaims"))
