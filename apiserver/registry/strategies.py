@@ -7,6 +7,7 @@ from apiserver.registry import (
     apps,
     autoscaling,
     batch,
+    certificates,
     core_misc,
     events,
     namespaces,
@@ -58,6 +59,7 @@ _BY_GROUP_RESOURCE: dict[tuple[str, str], type[Strategy]] = {
     ("networking.k8s.io", "networkpolicies"): networking.NetworkPolicyStrategy,
     ("storage.k8s.io", "storageclasses"): storage.StorageClassStrategy,
     ("scheduling.k8s.io", "priorityclasses"): scheduling.PriorityClassStrategy,
+    ("certificates.k8s.io", "certificatesigningrequests"): certificates.CertificateSigningRequestStrategy,
     ("apiextensions.k8s.io", "customresourcedefinitions"): apiextensions.CustomResourceDefinitionStrategy,
 }
 
