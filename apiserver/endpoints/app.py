@@ -139,6 +139,8 @@ def create_app(server: Any) -> FastAPI:
         if group == certificates.GROUP and target.subresource in ("approval", "status") \
                 and request.method in ("PUT", "PATCH"):
             await guard_signer(request, target)
+        if group == certificates.GROUP and request.method == "POST" and not target.subresource:
+            await restrict_subject(request, target)
         return await handler.handle(request, target)
 
     async def review(request: Request, target: Target) -> Response:
@@ -223,6 +225,14 @@ def create_app(server: Any) -> FastAPI:
                 return
         raise errors.forbidden(target.res.plural, certificates.GROUP, target.name or "",
                                f'user not permitted to {verb} requests with signerName "{signer}"')
+
+    async def restrict_subject(request: Request, target: Target) -> None:
+        """Upstream's CertificateSubjectRestriction admission on a new CSR."""
+        obj, _ = await written_object(request, target)
+        refusal = certificates.subject_restriction(obj) if isinstance(obj, dict) else ""
+        if refusal:
+            name = str((obj.get("metadata") or {}).get("name") or "")  # type: ignore[union-attr]
+            raise errors.forbidden(target.res.plural, certificates.GROUP, name, refusal)
 
     def discovery_response(request: Request, legacy: bool, parts: list[str]) -> Response:
         catalog = server.catalog

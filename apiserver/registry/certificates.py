@@ -34,6 +34,7 @@ USAGES = (
     "microsoft sgc", "netscape sgc",
 )
 MIN_EXPIRATION_SECONDS = 600
+KUBE_APISERVER_CLIENT = "kubernetes.io/kube-apiserver-client"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _PATH = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----\r?\n(.*?)-----END \1-----", re.S)
@@ -295,6 +296,21 @@ class CertificateSigningRequestStrategy(MetaStrategy):
         fields = super().field_set(obj)
         fields["spec.signerName"] = get(obj, "spec", "signerName", default="")
         return fields
+
+
+def subject_restriction(csr: Obj) -> str:
+    """Upstream's CertificateSubjectRestriction admission: why a new request is refused, or "". Nobody gets
+    a system:masters client certificate from the built-in client signer."""
+    if get(csr, "spec", "signerName") != KUBE_APISERVER_CLIENT:
+        return ""
+    try:
+        request = request_of(csr)
+    except ValueError:
+        return ""
+    organizations = request.subject.get_attributes_for_oid(x509.oid.NameOID.ORGANIZATION_NAME)
+    if any(a.value == "system:masters" for a in organizations):
+        return f"use of {KUBE_APISERVER_CLIENT} signer with system:masters group is not allowed"
+    return ""
 
 
 def signer_verb(subresource: str, new: Obj, old: Obj | None) -> str:

@@ -303,6 +303,12 @@ def test_csr_validation(plane: Plane) -> None:
         assert invalid(csr_body("bad-6", base64.b64encode(tampered).decode(), "example.com/x",
                                 ["client auth"])) == {"spec.request"}
 
+        masters, _ = new_request("root", ("system:masters",))
+        r = admin.post(CSRS, json=csr_body("masters", masters, "kubernetes.io/kube-apiserver-client", ["client auth"]))
+        assert r.status_code == 403, r.text
+        assert r.json()["message"] == ('certificatesigningrequests.certificates.k8s.io "masters" is forbidden: use of '
+                                       'kubernetes.io/kube-apiserver-client signer with system:masters group is not '
+                                       'allowed')
         assert admin.post(CSRS, json=csr_body("good", request, "example.com/x", ["client auth"])).status_code == 201
         csr = admin.get(f"{CSRS}/good").json()
         both = {**csr, "status": {"conditions": [{"type": "Approved", "status": "True"},
