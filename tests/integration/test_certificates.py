@@ -234,9 +234,13 @@ def test_kubectl_certificate_approve_and_deny(plane: Plane) -> None:
     lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
     assert timedelta(minutes=60) <= lifetime <= timedelta(minutes=66)
     assert "certificate" not in john["status"]
-    # a decision stays: Approved cannot be turned into Denied
-    again = plane.kubectl("certificate", "deny", "jane-client")
-    assert again.returncode != 0
+    # a decision stays: kubectl refuses to deny what is approved, and so does the server when asked directly
+    again = plane.kubectl("certificate", "deny", "--force", "jane-client")
+    assert again.returncode != 0 and "already Approved" in again.stderr, again.stderr
+    jane["status"]["conditions"].append({"type": "Denied", "status": "True", "reason": "Changed my mind"})
+    with plane.admin_client() as admin:
+        r = admin.put(f"{CSRS}/jane-client/approval", json=jane)
+    assert r.status_code == 422 and "Approved and Denied conditions are mutually exclusive" in r.text, r.text
 
 
 def test_approving_needs_approve_on_the_signer(plane: Plane) -> None:
