@@ -208,6 +208,11 @@ def test_kubectl_certificate_approve_and_deny(plane: Plane) -> None:
     ]))
     created = plane.kubectl("create", "-f", str(manifest))
     assert created.returncode == 0, created.stderr
+    explained = plane.kubectl("explain", "csr.spec.signerName")
+    assert explained.returncode == 0 and "FIELD: signerName" in explained.stdout, explained.stderr
+    resources = plane.kubectl("api-resources", "--api-group", "certificates.k8s.io", "--no-headers").stdout.split()
+    assert resources == ["certificatesigningrequests", "csr", "certificates.k8s.io/v1", "false",
+                         "CertificateSigningRequest"]
     listed = plane.kubectl("get", "csr", "jane-client")
     assert listed.returncode == 0, listed.stderr
     header, row = listed.stdout.splitlines()
