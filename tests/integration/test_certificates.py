@@ -320,6 +320,8 @@ def test_csr_validation(plane: Plane) -> None:
                                        'allowed')
         assert admin.post(CSRS, json=csr_body("good", request, "example.com/x", ["client auth"])).status_code == 201
         csr = admin.get(f"{CSRS}/good").json()
+        selected = admin.get(CSRS, params={"fieldSelector": "spec.signerName=example.com/x"}).json()["items"]
+        assert [c["metadata"]["name"] for c in selected] == ["good"]
         both = {**csr, "status": {"conditions": [{"type": "Approved", "status": "True"},
                                                  {"type": "Denied", "status": "True"}]}}
         r = admin.put(f"{CSRS}/good/approval", json=both)
