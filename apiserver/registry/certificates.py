@@ -314,12 +314,12 @@ def subject_restriction(csr: Obj) -> str:
 
 
 def signer_verb(subresource: str, new: Obj, old: Obj | None) -> str:
-    """The verb on `signers` a subresource write needs (CertificateApproval, CertificateSigning), or ""."""
+    """The verb on `signers` a subresource write needs, or "": every approval write needs `approve`
+    (CertificateApproval), a status write that changes the certificate `sign` (CertificateSigning)."""
     if old is None:
         return ""
     if subresource == "approval":
-        added = any(has_condition(new, t) and not has_condition(old, t) for t in (APPROVED, DENIED))
-        return "approve" if added else ""
+        return "approve"
     if subresource == "status":
         certificate = get(new, "status", "certificate")
         return "sign" if certificate and certificate != get(old, "status", "certificate") else ""
