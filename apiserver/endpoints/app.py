@@ -113,7 +113,7 @@ def create_app(server: Any) -> FastAPI:
     authenticator = Authenticator(
         server.tokens, load_token_file(options.token_auth_file) if options.token_auth_file else None,
         options.anonymous_auth, lambda: server.store("", "v1", "serviceaccounts").cache, server.ctx.root,
-        BootstrapTokenAuthenticator(lambda: server.store("", "v1", "secrets").cache, server.ctx.root)
+        bootstrap=BootstrapTokenAuthenticator(lambda: server.store("", "v1", "secrets").cache, server.ctx.root)
         if options.enable_bootstrap_token_auth else None,
     )
     app.state.authenticator = authenticator
