@@ -482,3 +482,31 @@ def test_pyk8s_token_create_list_delete(plane: Plane) -> None:
     assert token not in after and "abcdef.0123456789abcdef" not in after and "abc123.0123456789abcdef" in after
     missing = pyk8s("token", "delete", "zzzzzz", "--kubeconfig", str(plane.kubeconfig))
     assert missing.returncode == 1 and 'bootstrap token "zzzzzz" not found' in missing.stderr
+
+
+def test_kubelet_serving_csr_gets_a_serving_certificate_for_its_names(plane: Plane) -> None:
+    request, _ = new_request("system:node:node-d", ("system:nodes",), dns=("node-d",))
+    with plane.admin_client() as admin:
+        assert admin.post(CSRS, json=csr_body("node-d-serving", request, "kubernetes.io/kubelet-serving",
+                                              ["digital signature", "server auth"])).status_code == 201
+    approved = plane.kubectl("certificate", "approve", "node-d-serving")
+    assert approved.returncode == 0, approved.stderr
+
+    def issued() -> str:
+        with plane.admin_client() as admin:
+            return (admin.get(f"{CSRS}/node-d-serving").json().get("status") or {}).get("certificate", "")
+
+    cert = x509.load_pem_x509_certificate(base64.b64decode(eventually(issued, what="the serving certificate")))
+    assert cert.subject.rfc4514_string() == "CN=system:node:node-d,O=system:nodes"
+    assert cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName) == ["node-d"]
+    assert list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [
+        x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]
+    # a serving request without names is refused by the signer
+    nameless, _ = new_request("system:node:node-e", ("system:nodes",))
+    with plane.admin_client() as admin:
+        assert admin.post(CSRS, json=csr_body("node-e-serving", nameless, "kubernetes.io/kubelet-serving",
+                                              ["digital signature", "server auth"])).status_code == 201
+    assert plane.kubectl("certificate", "approve", "node-e-serving").returncode == 0
+    eventually(lambda: plane.kubectl("get", "csr", "node-e-serving", "--no-headers").stdout.split()[-1]
+               == "Approved,Failed", what="the nameless serving request to fail")
