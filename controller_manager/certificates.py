@@ -19,7 +19,6 @@ CSRS = gvr("certificates.k8s.io/v1", "certificatesigningrequests", namespaced=Fa
 KUBE_APISERVER_CLIENT = "kubernetes.io/kube-apiserver-client"
 KUBE_APISERVER_CLIENT_KUBELET = "kubernetes.io/kube-apiserver-client-kubelet"
 KUBELET_SERVING = "kubernetes.io/kubelet-serving"
-LEGACY_UNKNOWN = "kubernetes.io/legacy-unknown"
 NODE_USER_PREFIX = "system:node:"
 NODES_GROUP = "system:nodes"
 APPROVED, DENIED, FAILED = "Approved", "Denied", "Failed"
