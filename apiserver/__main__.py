@@ -129,6 +129,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--client-ca-file", default="")
     p.add_argument("--token-auth-file", type=token_file, default="",
                    help="static bearer tokens: CSV token,user,uid,\"group1,group2\"")
+    p.add_argument("--enable-bootstrap-token-auth", type=go_bool, nargs="?", const=True, default=False,
+                   help="bearer tokens of bootstrap.kubernetes.io/token Secrets in kube-system authenticate")
     p.add_argument("--anonymous-auth", type=go_bool, nargs="?", const=True, default=True,
                    help="serve requests without credentials as system:anonymous (default true)")
     p.add_argument("--authorization-mode", type=authorization_modes, default=["AlwaysAllow"],
@@ -224,6 +226,7 @@ async def serve(args: argparse.Namespace) -> None:
         lease_reuse_duration_seconds=args.lease_reuse_duration_seconds,
         authorization_modes=args.authorization_mode,
         token_auth_file=args.token_auth_file,
+        enable_bootstrap_token_auth=args.enable_bootstrap_token_auth,
         anonymous_auth=args.anonymous_auth,
         default_not_ready_toleration_seconds=args.default_not_ready_toleration_seconds,
         default_unreachable_toleration_seconds=args.default_unreachable_toleration_seconds,

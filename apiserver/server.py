@@ -61,6 +61,8 @@ class Options:
     #: --authorization-mode, in order (AlwaysAllow, AlwaysDeny, RBAC).
     authorization_modes: list[str] = field(default_factory=lambda: ["AlwaysAllow"])
     token_auth_file: str = ""
+    #: --enable-bootstrap-token-auth: kube-system bootstrap token Secrets authenticate joining machines
+    enable_bootstrap_token_auth: bool = False
     anonymous_auth: bool = True
     #: DefaultTolerationSeconds admission (--default-not-ready/unreachable-toleration-seconds)
     default_not_ready_toleration_seconds: int = 300

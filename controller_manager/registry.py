@@ -44,7 +44,6 @@ KNOWN_UNIMPLEMENTED = (
     "route", "service",
     "cloud-node-lifecycle", "attachdetach", "persistentvolume-expander",
     "horizontalpodautoscaling",
-    "csrsigning", "csrapproving", "csrcleaner", "tokencleaner", "bootstrapsigner",
     "ephemeral-volume", "serviceaccount-token",
     "storage-version-gc", "resourceclaim", "legacy-serviceaccount-token-cleaner", "validatingadmissionpolicy-status",
     "service-cidr-controller", "storageversion-migrator",

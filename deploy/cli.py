@@ -8,15 +8,64 @@ import socket
 import sys
 from pathlib import Path
 
-from deploy import local
+from deploy import local, tokens
 from deploy.bootstrap import PkiDir, apiserver_hosts, ensure_pki, write_kubeconfig
 from deploy.nodes import MAX_NODES
 from deploy.state import DEFAULT_PORT, PROXY_MODES
+from services.client import ApiError, ConfigError
+from services.runtime.durations import go_duration
 from services.runtime.hostaddress import NoHostAddress, choose_host_address
 
 
 def _csv(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _ttl(text: str) -> float:
+    try:
+        return go_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _token_parsers(commands: argparse._SubParsersAction, with_state_dir: object) -> None:
+    """`token create/list/delete`, kubeadm's token commands, against the admin kubeconfig."""
+    token = commands.add_parser("token", help="manage bootstrap tokens, with which machines join the cluster")
+    token_commands = token.add_subparsers(dest="token_command", required=True, metavar="COMMAND")
+
+    def with_kubeconfig(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sub.add_argument("--kubeconfig", type=Path, help="admin kubeconfig (default: the state dir's kubeconfig)")
+        return with_state_dir(sub)  # type: ignore[operator, no-any-return]
+
+    create = with_kubeconfig(token_commands.add_parser("create", help="create a bootstrap token and print it"))
+    create.add_argument("token", nargs="?", default="", help="the token to create (default: a random one)")
+    create.add_argument("--ttl", type=_ttl, default=24 * 3600.0,
+                        help="how long until the token is deleted, e.g. 1s, 2m, 3h; 0 never (default 24h0m0s)")
+    create.add_argument("--description", default="", help="a human-friendly description of the token")
+    create.add_argument("--groups", type=_csv, default=list(tokens.DEFAULT_GROUPS),
+                        help="extra groups the token authenticates as (default "
+                             f"{','.join(tokens.DEFAULT_GROUPS)})")
+    create.add_argument("--usages", type=_csv, default=list(tokens.DEFAULT_USAGES),
+                        help="signing, authentication (default signing,authentication)")
+    with_kubeconfig(token_commands.add_parser("list", help="list the bootstrap tokens"))
+    delete = with_kubeconfig(token_commands.add_parser("delete", help="delete bootstrap tokens"))
+    delete.add_argument("ids", nargs="+", metavar="ID", help="a token id or a whole token")
+
+
+def _token(args: argparse.Namespace) -> int:
+    kubeconfig = args.kubeconfig or args.state_dir / "kubeconfig"
+    try:
+        if args.token_command == "create":
+            print(asyncio.run(tokens.create(kubeconfig, args.ttl, args.description, args.groups, args.usages,
+                                            args.token)))
+        elif args.token_command == "list":
+            print(asyncio.run(tokens.list_tokens(kubeconfig)))
+        else:
+            print("\n".join(asyncio.run(tokens.delete(kubeconfig, args.ids))))
+    except (tokens.TokenError, ApiError, ConfigError, OSError) as error:
+        print(f"pyk8s token {args.token_command} failed: {error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,6 +105,8 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("archive", type=Path, metavar="FILE.tar", help="a docker-save archive or an OCI image layout")
     load.add_argument("--name", metavar="REF", help="name for an image the archive leaves unnamed")
     with_state_dir(image_commands.add_parser("ls", help="list the images the cluster's registry serves"))
+
+    _token_parsers(commands, with_state_dir)
 
     pki = commands.add_parser("pki", help="write a CA, apiserver serving cert and admin kubeconfig")
     pki.add_argument("--dir", type=Path, default=Path("/etc/pyk8s"), help="output directory (default /etc/pyk8s)")
@@ -101,6 +152,8 @@ def run(argv: list[str] | None = None) -> int:
             print(f"pyk8s image load failed: {error}", file=sys.stderr)
             return 1
         return 0
+    if args.command == "token":
+        return _token(args)
     if args.command == "status":
         rows = asyncio.run(local.status(args.state_dir))
         print(local.format_status(rows))

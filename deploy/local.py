@@ -19,6 +19,7 @@ import httpx
 
 from deploy import nodes
 from deploy.bootstrap import ADMIN, apiserver_hosts, ensure_pki, write_kubeconfig
+from deploy.clusterinfo import ensure_cluster_info
 from deploy.nodes import NetworkError, NodeNet
 from deploy.processes import HOLLOW_PREFIX, ProcessSpec, advertise_address, child_env, specs
 from deploy.state import PROXY_MODES, State, free_port, port_in_use
@@ -372,6 +373,11 @@ async def up(state_dir: Path, request: Request | None = None) -> str:
         finally:
             if prebuild is not None and not prebuild.done():
                 prebuild.cancel()
+        try:
+            await ensure_cluster_info(http, state.server, f"https://{advertise_address(state)}:{state.settings.port}",
+                                      Path(state.pki.ca[0]))
+        except (RuntimeError, httpx.HTTPError) as error:
+            raise UpError(f"cluster-info: {error}") from None
 
     elapsed = time.monotonic() - started
     headline = f"pyk8s is up in {elapsed:.1f}s (started {', '.join(launched)})" if launched else "pyk8s is already up"

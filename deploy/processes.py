@@ -112,6 +112,7 @@ def _apiserver_argv(state: State) -> list[str]:
         f"--tls-private-key-file={key}",
         f"--client-ca-file={state.pki.ca[0]}",
         "--authorization-mode=RBAC",
+        "--enable-bootstrap-token-auth=true",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         f"--kubelet-client-certificate={kubelet_cert}",
         f"--kubelet-client-key={kubelet_key}",
@@ -146,7 +147,8 @@ def _controller_manager_argv(state: State) -> list[str]:
     return [*_component("controller_manager", "controller-manager")(state), "--leader-elect=true",
             f"--root-ca-file={state.pki.ca[0]}", f"--service-cluster-ip-range={SERVICE_CIDR}",
             f"--cluster-cidr={CLUSTER_CIDR}", "--allocate-node-cidrs=true",
-            "--controllers=*,pyk8s-hostpath-provisioner"]
+            f"--cluster-signing-cert-file={state.pki.ca[0]}", f"--cluster-signing-key-file={state.pki.ca[1]}",
+            "--controllers=*,bootstrapsigner,tokencleaner,pyk8s-hostpath-provisioner"]
 
 
 def _noderoutes_argv(state: State) -> list[str]:

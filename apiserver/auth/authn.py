@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from apiserver.auth.authz import ALLOW, Attributes, forbidden
+from apiserver.auth.bootstraptoken import BootstrapTokenAuthenticator
 from apiserver.auth.tokens import TokenIssuer
 from apiserver.storage.cache import ResourceCache
 from services.api import errors
@@ -104,8 +105,9 @@ class Authenticator:
 
     def __init__(self, issuer: TokenIssuer, static_tokens: dict[str, UserInfo] | None = None,
                  anonymous: bool = True, accounts: Callable[[], ResourceCache | None] | None = None,
-                 root: str = "/registry/") -> None:
+                 root: str = "/registry/", bootstrap: BootstrapTokenAuthenticator | None = None) -> None:
         self.issuer = issuer
+        self.bootstrap = bootstrap
         self.static_tokens = static_tokens or {}
         self.anonymous = anonymous
         self.accounts = accounts
@@ -128,6 +130,8 @@ class Authenticator:
     def token(self, token: str) -> UserInfo | None:
         """The user a bearer token names, or None when no token authenticator accepts it."""
         user = self.static_tokens.get(token)
+        if user is None and self.bootstrap is not None:
+            user = self.bootstrap.authenticate(token)
         if user is not None:
             return user
         now = time.monotonic()

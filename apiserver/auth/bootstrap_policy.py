@@ -284,6 +284,18 @@ def cluster_roles() -> list[Obj]:
 
 #: upstream's controller roles for the controllers pyk8s runs: service account name -> rules
 _CONTROLLER_RULES: dict[str, list[Obj]] = {
+    "certificate-controller": [
+        rule(("delete", "get", "list", "watch"), ("certificates.k8s.io",), ("certificatesigningrequests",)),
+        rule(("update",), ("certificates.k8s.io",),
+             ("certificatesigningrequests/status", "certificatesigningrequests/approval")),
+        rule(("approve",), ("certificates.k8s.io",), ("signers",),
+             names=("kubernetes.io/kube-apiserver-client-kubelet",)),
+        rule(("sign",), ("certificates.k8s.io",), ("signers",), names=(
+            "kubernetes.io/legacy-unknown", "kubernetes.io/kube-apiserver-client",
+            "kubernetes.io/kube-apiserver-client-kubelet", "kubernetes.io/kubelet-serving")),
+        rule(("create",), ("authorization.k8s.io",), ("subjectaccessreviews",)),
+        events_rule(),
+    ],
     "clusterrole-aggregation-controller": [
         rule(("escalate", "get", "list", "watch", "update", "patch"), (RBAC_GROUP,), ("clusterroles",)),
     ],
@@ -516,6 +528,37 @@ def namespace_role_bindings() -> list[Obj]:
     ]
 
 
+# -- what kubeadm adds for joining machines ---------------------------------------------------------
+
+#: the group kubeadm's default bootstrap tokens carry (`pyk8s token create` gives it too)
+KUBEADM_NODE_TOKEN_GROUP = "system:bootstrappers:kubeadm:default-node-token"
+CLUSTER_INFO_READER = "kubeadm:bootstrap-signer-clusterinfo"
+
+
+def kubeadm_cluster_role_bindings() -> list[Obj]:
+    """kubeadm's bootstrap-token bindings: tokens of the default group may post CSRs and have their node
+    client CSRs auto-approved; nodes may renew their own client certificates."""
+    return [
+        _binding("ClusterRoleBinding", "kubeadm:kubelet-bootstrap", "ClusterRole", "system:node-bootstrapper",
+                 [group(KUBEADM_NODE_TOKEN_GROUP)]),
+        _binding("ClusterRoleBinding", "kubeadm:node-autoapprove-bootstrap", "ClusterRole",
+                 "system:certificates.k8s.io:certificatesigningrequests:nodeclient", [group(KUBEADM_NODE_TOKEN_GROUP)]),
+        _binding("ClusterRoleBinding", "kubeadm:node-autoapprove-certificate-rotation", "ClusterRole",
+                 "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", [group("system:nodes")]),
+    ]
+
+
+def kubeadm_namespace_roles() -> list[Obj]:
+    """The cluster-info ConfigMap is public: a joining machine reads it before it has credentials."""
+    return [_role("Role", CLUSTER_INFO_READER, [rule(("get",), ("",), ("configmaps",), names=("cluster-info",))],
+                  "kube-public")]
+
+
+def kubeadm_namespace_role_bindings() -> list[Obj]:
+    return [_binding("RoleBinding", CLUSTER_INFO_READER, "Role", CLUSTER_INFO_READER,
+                     [user("system:anonymous"), group("system:unauthenticated")], "kube-public")]
+
+
 # -- reconciliation ----------------------------------------------------------------------------------
 
 
@@ -707,6 +750,8 @@ async def _reconcile_kind(store: RESTStore, expected: list[Obj], binding: bool) 
 async def ensure_bootstrap_policy(stores: Stores) -> None:
     """Upstream's rbac/bootstrap-roles hook: one list per kind, writes only where something is missing."""
     await _reconcile_kind(stores.cluster_roles, cluster_roles() + controller_roles(), binding=False)
-    await _reconcile_kind(stores.cluster_role_bindings, cluster_role_bindings(), binding=True)
-    await _reconcile_kind(stores.roles, namespace_roles(), binding=False)
-    await _reconcile_kind(stores.role_bindings, namespace_role_bindings(), binding=True)
+    await _reconcile_kind(stores.cluster_role_bindings, cluster_role_bindings() + kubeadm_cluster_role_bindings(),
+                          binding=True)
+    await _reconcile_kind(stores.roles, namespace_roles() + kubeadm_namespace_roles(), binding=False)
+    await _reconcile_kind(stores.role_bindings, namespace_role_bindings() + kubeadm_namespace_role_bindings(),
+                          binding=True)

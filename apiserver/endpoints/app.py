@@ -18,12 +18,22 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from apiserver.auth import reviews
 from apiserver.auth.authn import Authenticator, impersonate, load_token_file, peer_certificate, read_credentials
-from apiserver.auth.authz import ALLOW, AlwaysAllow, AlwaysDeny, Chain, forbidden, request_attributes, split_path
+from apiserver.auth.authz import (
+    ALLOW,
+    AlwaysAllow,
+    AlwaysDeny,
+    Attributes,
+    Chain,
+    forbidden,
+    request_attributes,
+    split_path,
+)
+from apiserver.auth.bootstraptoken import BootstrapTokenAuthenticator
 from apiserver.auth.rbac import RBAC_GROUP, RBACAuthorizer, escalation_allowed
 from apiserver.endpoints import discovery, openapi, proxy, typecheck
 from apiserver.endpoints.negotiation import PATCH_TYPES, decode_body, media_type, negotiate, read_body
 from apiserver.endpoints.resources import ResourceHandler, Target, parse_path
-from apiserver.registry import componentstatus
+from apiserver.registry import certificates, componentstatus
 from apiserver.registry.store import apply_patch
 from services.api import errors
 from services.auth.identity import MASTERS, UserInfo
@@ -105,6 +115,8 @@ def create_app(server: Any) -> FastAPI:
     authenticator = Authenticator(
         server.tokens, load_token_file(options.token_auth_file) if options.token_auth_file else None,
         options.anonymous_auth, lambda: server.store("", "v1", "serviceaccounts").cache, server.ctx.root,
+        bootstrap=BootstrapTokenAuthenticator(lambda: server.store("", "v1", "secrets").cache, server.ctx.root)
+        if options.enable_bootstrap_token_auth else None,
     )
     app.state.authenticator = authenticator
     app.state.authorizer = authorizer
@@ -128,6 +140,11 @@ def create_app(server: Any) -> FastAPI:
             await guard_escalation(request, target)
         if not group and target.res.plural == "componentstatuses" and not target.subresource:
             return await component_statuses(request, target)
+        if group == certificates.GROUP and target.subresource in ("approval", "status") \
+                and request.method in ("PUT", "PATCH"):
+            await guard_signer(request, target)
+        if group == certificates.GROUP and request.method == "POST" and not target.subresource:
+            await restrict_subject(request, target)
         return await handler.handle(request, target)
 
     components = componentstatus.Components(server.etcd.current_revision, options.scheduler_health_url,
@@ -210,6 +227,35 @@ def create_app(server: Any) -> FastAPI:
                                           current)
         if refusal:
             raise errors.forbidden(res.plural, RBAC_GROUP, name, refusal)
+
+    async def guard_signer(request: Request, target: Target) -> None:
+        """Upstream's CertificateApproval and CertificateSigning admission: approving or denying needs
+        `approve`, issuing a certificate `sign`, on the request's signer (or its domain's wildcard)."""
+        if authorizer.always_allow:
+            return
+        obj, current = await written_object(request, target)
+        if not isinstance(obj, dict) or current is None:
+            return
+        verb = certificates.signer_verb(target.subresource, obj, current)
+        if not verb:
+            return
+        user = request_user(request)
+        signer = str((current.get("spec") or {}).get("signerName") or "")
+        for name in certificates.signer_names(signer):
+            decision, _ = authorizer.authorize(Attributes(user, verb, True, api_group=certificates.GROUP,
+                                                          api_version="*", resource=certificates.SIGNERS, name=name))
+            if decision == ALLOW:
+                return
+        raise errors.forbidden(target.res.plural, certificates.GROUP, target.name or "",
+                               f'user not permitted to {verb} requests with signerName "{signer}"')
+
+    async def restrict_subject(request: Request, target: Target) -> None:
+        """Upstream's CertificateSubjectRestriction admission on a new CSR."""
+        obj, _ = await written_object(request, target)
+        refusal = certificates.subject_restriction(obj) if isinstance(obj, dict) else ""
+        if refusal:
+            name = str((obj.get("metadata") or {}).get("name") or "")  # type: ignore[union-attr]
+            raise errors.forbidden(target.res.plural, certificates.GROUP, name, refusal)
 
     def discovery_response(request: Request, legacy: bool, parts: list[str]) -> Response:
         catalog = server.catalog

@@ -804,6 +804,18 @@ AUTHORIZATION: dict[str, str] = {
     "NonResourceRule": "1 verbs! []s, 2 nonResourceURLs []s",
 }
 
+CERTIFICATES: dict[str, str] = {
+    "CertificateSigningRequest": _OBJECT.format("CertificateSigningRequest"),
+    "CertificateSigningRequestSpec": (
+        "1 request y, 2 username, 3 uid, 4 groups []s, 5 usages []s, 6 extra {}SL, 7 signerName,"
+        " 8 expirationSeconds *i"
+    ),
+    "CertificateSigningRequestStatus": "1 conditions []CertificateSigningRequestCondition, 2 certificate y",
+    "CertificateSigningRequestCondition": (
+        "1 type!, 2 reason, 3 message, 4 lastUpdateTime T, 5 lastTransitionTime T, 6 status!"
+    ),
+}
+
 # Package name -> (served apiVersion, its table, the OpenAPI definition prefix used to cross-check it).
 PACKAGES: dict[str, tuple[str, dict[str, str], str]] = {
     "meta": ("meta.k8s.io/v1", META, "io.k8s.apimachinery.pkg.apis.meta.v1"),
@@ -824,6 +836,7 @@ PACKAGES: dict[str, tuple[str, dict[str, str], str]] = {
     "flowcontrol": ("flowcontrol.apiserver.k8s.io/v1", FLOWCONTROL, "io.k8s.api.flowcontrol.v1"),
     "authentication": ("authentication.k8s.io/v1", AUTHENTICATION, "io.k8s.api.authentication.v1"),
     "authorization": ("authorization.k8s.io/v1", AUTHORIZATION, "io.k8s.api.authorization.v1"),
+    "certificates": ("certificates.k8s.io/v1", CERTIFICATES, "io.k8s.api.certificates.v1"),
 }
 
 # The kinds a client may send as a whole request body, per package.
@@ -852,4 +865,5 @@ KINDS: dict[str, tuple[str, ...]] = {
     "authorization": (
         "SubjectAccessReview", "LocalSubjectAccessReview", "SelfSubjectAccessReview", "SelfSubjectRulesReview",
     ),
+    "certificates": ("CertificateSigningRequest",),
 }

@@ -208,7 +208,8 @@ def _write_options(request: Request, verb: str) -> WriteOptions:
         options.refuse(kind, causes)
     if not manager:
         manager = (request.headers.get("user-agent") or "").split("/", 1)[0] or "unknown"
-    return WriteOptions(dry_run=bool(dry_run), field_manager=manager, force=_bool(params.get("force")))
+    return WriteOptions(dry_run=bool(dry_run), field_manager=manager, force=_bool(params.get("force")),
+                        user=request.scope.get("pyk8s.user"))
 
 
 class ResourceHandler:
@@ -532,20 +533,20 @@ class ResourceHandler:
     ) -> Response:
         res, ns, name, sub = target.res, target.namespace, target.name or "", target.subresource
         wopts = _write_options(request, verb)
-        if sub in ("status", "finalize"):
-            if verb == "get" and sub == "status":
+        if sub in ("status", "finalize", "approval"):
+            if verb == "get" and sub != "finalize":
                 return self._object(await store.get(ns, name), rep, res)
             if verb == "update":
                 body, warnings = await self._body(request, res)
                 obj, _ = await store.update(ns, name, body, wopts, subresource=sub)
                 return self._object(obj, rep, res, 200, warnings)
-            if verb == "patch" and sub == "status":
+            if verb == "patch" and sub != "finalize":
                 patch_type, patch = await self._patch_body(request)
                 if patch_type == "apply":
-                    obj, _ = await store.apply(ns, name, patch, wopts, subresource="status",
+                    obj, _ = await store.apply(ns, name, patch, wopts, subresource=sub,
                                                check=_patched_decoder(res))
                 else:
-                    obj = await store.patch(ns, name, patch_type, patch, wopts, subresource="status",
+                    obj = await store.patch(ns, name, patch_type, patch, wopts, subresource=sub,
                                             check=_patched_decoder(res))
                 return self._object(obj, rep, res)
             raise errors.method_not_allowed()

@@ -21,6 +21,7 @@ import orjson
 from services.api import definitions
 from services.api.catalog import Resource
 from services.api.storage import is_default_class, object_class
+from services.runtime import durations
 
 Row = list[Any]
 RowFn = Callable[[dict[str, Any], float], Row]
@@ -795,6 +796,21 @@ def _priority_class_cells(obj: dict[str, Any], now: float) -> Row:
             _age(obj, now), obj.get("preemptionPolicy") or "PreemptLowerPriority"]
 
 
+def _csr_cells(obj: dict[str, Any], now: float) -> Row:
+    """Upstream's printCertificateSigningRequest: Denied over Approved over Pending, then Failed and Issued."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    types = {c.get("type") for c in status.get("conditions") or () if isinstance(c, dict)}
+    state = "Denied" if "Denied" in types else "Approved" if "Approved" in types else "Pending"
+    if "Failed" in types:
+        state += ",Failed"
+    if status.get("certificate"):
+        state += ",Issued"
+    seconds = spec.get("expirationSeconds")
+    duration = durations.short_human_duration(seconds) if isinstance(seconds, int) else _NONE
+    return [obj["metadata"].get("name", ""), _age(obj, now), spec.get("signerName") or _NONE,
+            spec.get("username") or "", duration, state]
+
+
 def _default_cells(obj: dict[str, Any], now: float) -> Row:
     ts = obj["metadata"].get("creationTimestamp")
     t = _epoch(ts) if ts else None
@@ -1056,6 +1072,13 @@ _PRINTERS: dict[tuple[str, str], tuple[list[Column], RowFn]] = {
         _c("QueueLengthLimit", "string", ("flowcontrol.v1.QueuingConfiguration", "queueLengthLimit")),
         AGE,
     ], _priority_level_cells),
+    ("certificates.k8s.io", "certificatesigningrequests"): ([
+        NAME, AGE,
+        _c("SignerName", "string", ("certificates.v1.CertificateSigningRequestSpec", "signerName")),
+        _c("Requestor", "string", "Name of the user who requested the CSR"),
+        _c("RequestedDuration", "string", ("certificates.v1.CertificateSigningRequestSpec", "expirationSeconds")),
+        _c("Condition", "string", ("certificates.v1.CertificateSigningRequestStatus", "conditions")),
+    ], _csr_cells),
     ("discovery.k8s.io", "endpointslices"): ([
         NAME,
         _c("AddressType", "string", ("discovery.v1.EndpointSlice", "addressType")),

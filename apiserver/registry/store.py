@@ -33,6 +33,7 @@ from services.api.meta import generate_name, new_uid, now_rfc3339
 from services.api.patch import PatchError, json_merge_patch, json_patch
 from services.api.selectors import FieldSelector, LabelSelector
 from services.api.strategic import UnsupportedStrategicPatch, strategic_merge_patch
+from services.auth.identity import UserInfo
 
 MAX_ALLOCATION_ATTEMPTS = 32
 # Upstream's RetryGenerateName: a generated name that collides is drawn again this many times.
@@ -98,6 +99,8 @@ class WriteOptions:
     force: bool = False
     #: managedFields were already computed (server-side apply), so the write does not track them again.
     tracked: bool = False
+    #: who writes, for the strategies that record it (a CSR's requester)
+    user: UserInfo | None = None
 
 
 @dataclass
@@ -405,6 +408,7 @@ class RESTStore:
         self.strategy.defaults(obj)
         obj = self._track(None, obj, opts, "")
         self.strategy.prepare_for_create(obj)
+        self.strategy.set_requester(obj, opts.user)
         causes = self.strategy.validate(obj)
         if causes:
             raise self._invalid(name, causes)
@@ -571,6 +575,14 @@ class RESTStore:
         elif subresource == "finalize":
             self.strategy.prepare_for_finalize(new, old)
             causes = []
+        elif subresource == "approval":
+            self.strategy.prepare_for_approval_update(new, old)
+            for f in ("labels", "annotations", "finalizers", "ownerReferences"):
+                if f in om:
+                    m[f] = om[f]
+                else:
+                    m.pop(f, None)
+            causes = self.strategy.validate_approval_update(new, old)
         else:
             self.strategy.prepare_for_update(new, old)
             if self.strategy.uses_generation and self.strategy.spec_changed(new, old):

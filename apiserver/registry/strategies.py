@@ -7,6 +7,7 @@ from apiserver.registry import (
     apps,
     autoscaling,
     batch,
+    certificates,
     core_misc,
     events,
     flowcontrol,
@@ -63,6 +64,7 @@ _BY_GROUP_RESOURCE: dict[tuple[str, str], type[Strategy]] = {
     ("node.k8s.io", "runtimeclasses"): node.RuntimeClassStrategy,
     ("flowcontrol.apiserver.k8s.io", "flowschemas"): flowcontrol.FlowSchemaStrategy,
     ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations"): flowcontrol.PriorityLevelConfigurationStrategy,
+    ("certificates.k8s.io", "certificatesigningrequests"): certificates.CertificateSigningRequestStrategy,
     ("apiextensions.k8s.io", "customresourcedefinitions"): apiextensions.CustomResourceDefinitionStrategy,
 }
 

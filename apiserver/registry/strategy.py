@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from services.api.catalog import Resource
+    from services.auth.identity import UserInfo
 
 Obj = dict[str, Any]
 Cause = dict[str, str]
@@ -50,6 +51,9 @@ class Strategy:
         """Reset what a client may not set on create (usually status)."""
         if self.resource.has_status:
             obj.pop("status", None)
+
+    def set_requester(self, obj: Obj, user: UserInfo | None) -> None:
+        """Record who creates the object, where the resource keeps that (a CSR's spec.username and groups)."""
 
     def validate(self, obj: Obj) -> list[Cause]:
         """Causes for everything wrong with a new object, each naming its field path."""
@@ -121,6 +125,13 @@ class Strategy:
 
     def prepare_for_delete(self, obj: Obj) -> None:
         """Changes made when deletion starts but cannot finish yet (a namespace turns Terminating)."""
+
+    def prepare_for_approval_update(self, new: Obj, old: Obj) -> None:
+        """The `approval` subresource (CSRs): only the approval conditions change."""
+        raise NotImplementedError
+
+    def validate_approval_update(self, new: Obj, old: Obj) -> list[Cause]:
+        raise NotImplementedError
 
     def prepare_for_finalize(self, new: Obj, old: Obj) -> None:
         """The `finalize` subresource: only the finalizers it owns change."""

@@ -172,6 +172,8 @@ BUILTIN: tuple[Resource, ...] = (
     _r("authorization.k8s.io/v1", "SubjectAccessReview", "subjectaccessreviews", False, verbs=("create",)),
     _r("authorization.k8s.io/v1", "LocalSubjectAccessReview", "localsubjectaccessreviews", True,
        verbs=("create",)),
+    _r("certificates.k8s.io/v1", "CertificateSigningRequest", "certificatesigningrequests", False, ["csr"],
+       sub=["status", "approval"]),
     _r("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False,
        ["crd", "crds"], ["api-extensions"], sub=["status"], path="apiextensions.k8s.io/customresourcedefinitions"),
 )
@@ -180,7 +182,8 @@ BUILTIN: tuple[Resource, ...] = (
 GROUP_ORDER: tuple[str, ...] = (
     "", "apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "autoscaling", "batch",
     "policy", "rbac.authorization.k8s.io", "storage.k8s.io", "coordination.k8s.io", "discovery.k8s.io",
-    "networking.k8s.io", "scheduling.k8s.io", "node.k8s.io", "flowcontrol.apiserver.k8s.io", "apiextensions.k8s.io",
+    "networking.k8s.io", "scheduling.k8s.io", "node.k8s.io", "flowcontrol.apiserver.k8s.io", "certificates.k8s.io",
+    "apiextensions.k8s.io",
 )
 
 

@@ -43,3 +43,21 @@ def duration_flag(text: str) -> float:
         return duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def short_human_duration(seconds: float) -> str:
+    """One unit only, as Go's ShortHumanDuration (a CSR's requested duration, a bootstrap token's TTL)."""
+    secs = int(seconds)
+    if secs < -1:
+        return "<invalid>"
+    if secs < 0:
+        return "0s"
+    if secs < 60:
+        return f"{secs}s"
+    if secs < 3600:
+        return f"{secs // 60}m"
+    if secs < 24 * 3600:
+        return f"{secs // 3600}h"
+    if secs < 365 * 24 * 3600:
+        return f"{secs // (24 * 3600)}d"
+    return f"{secs // (365 * 24 * 3600)}y"

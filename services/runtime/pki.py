@@ -196,3 +196,58 @@ def ensure_self_signed(cert_dir: Path, hosts: list[str]) -> tuple[Path, Path]:
             ca = create_ca(f"{hosts[0]}-ca@{int(datetime.datetime.now().timestamp())}")
             issue_serving_cert(ca, hosts).write(cert_path, key_path, chain=[ca.cert])
     return cert_path, key_path
+
+
+#: a CSR usage string (certificates.k8s.io KeyUsage) -> the x509 KeyUsage flag it sets
+KEY_USAGE_FLAGS = {
+    "signing": "digital_signature", "digital signature": "digital_signature",
+    "content commitment": "content_commitment", "key encipherment": "key_encipherment",
+    "key agreement": "key_agreement", "data encipherment": "data_encipherment", "cert sign": "key_cert_sign",
+    "crl sign": "crl_sign", "encipher only": "encipher_only", "decipher only": "decipher_only",
+}
+#: a CSR usage string -> the extended key usage it asks for
+EXTENDED_KEY_USAGES = {
+    "any": x509.ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE, "server auth": ExtendedKeyUsageOID.SERVER_AUTH,
+    "client auth": ExtendedKeyUsageOID.CLIENT_AUTH, "code signing": ExtendedKeyUsageOID.CODE_SIGNING,
+    "email protection": ExtendedKeyUsageOID.EMAIL_PROTECTION, "s/mime": ExtendedKeyUsageOID.EMAIL_PROTECTION,
+    "ipsec end system": x509.ObjectIdentifier("1.3.6.1.5.5.7.3.5"),
+    "ipsec tunnel": x509.ObjectIdentifier("1.3.6.1.5.5.7.3.6"),
+    "ipsec user": x509.ObjectIdentifier("1.3.6.1.5.5.7.3.7"),
+    "timestamping": ExtendedKeyUsageOID.TIME_STAMPING, "ocsp signing": ExtendedKeyUsageOID.OCSP_SIGNING,
+    "microsoft sgc": x509.ObjectIdentifier("1.3.6.1.4.1.311.10.3.3"),
+    "netscape sgc": x509.ObjectIdentifier("2.16.840.1.113730.4.1"),
+}
+
+
+def sign_request(ca: CertKey, csr: x509.CertificateSigningRequest, usages: Sequence[str],
+                 duration: datetime.timedelta) -> x509.Certificate:
+    """A certificate for a CSR's subject, SANs and public key with the usages asked for, as upstream's
+    CSR signer issues it: backdated for clock skew and never outliving the CA."""
+    now = datetime.datetime.now(datetime.UTC)
+    flags = {flag: False for flag in set(KEY_USAGE_FLAGS.values())}
+    for usage in usages:
+        if usage in KEY_USAGE_FLAGS:
+            flags[KEY_USAGE_FLAGS[usage]] = True
+    extended = list(dict.fromkeys(EXTENDED_KEY_USAGES[u] for u in usages if u in EXTENDED_KEY_USAGES))
+    not_after = min(now + duration, ca.cert.not_valid_after_utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(csr.subject)
+        .issuer_name(ca.cert.subject)
+        .public_key(csr.public_key())  # type: ignore[arg-type]
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _CLOCK_SKEW)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
+    )
+    if any(flags.values()):
+        builder = builder.add_extension(x509.KeyUsage(**flags), critical=True)
+    if extended:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(extended), critical=False)
+    try:
+        sans = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        builder = builder.add_extension(sans, critical=False)
+    except x509.ExtensionNotFound:
+        pass
+    return builder.sign(ca.key, hashes.SHA256())
