@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from services.api import definitions
 from services.api.catalog import BUILTIN, Resource
 from tests.conftest import APIServerProcess, start_apiserver, start_etcd_cluster
+from tests.integration.test_certificates import new_request
 
 NS = "fuzz"
 SETTINGS = settings(
@@ -597,6 +598,9 @@ _VALID_EXTRA: dict[tuple[str, str], dict[str, Any]] = {
     ("storage.k8s.io/v1", "StorageClass"): {"provisioner": "pyk8s.io/fuzz"},
     ("scheduling.k8s.io/v1", "PriorityClass"): {"value": 10},
     ("node.k8s.io/v1", "RuntimeClass"): {"handler": "runc"},
+    ("certificates.k8s.io/v1", "CertificateSigningRequest"): {"spec": {
+        "request": new_request("fuzz")[0], "signerName": "kubernetes.io/kube-apiserver-client",
+        "usages": ["client auth"]}},
     ("flowcontrol.apiserver.k8s.io/v1", "FlowSchema"): {"spec": {
         "priorityLevelConfiguration": {"name": "global-default"}, "matchingPrecedence": 5000,
         "distinguisherMethod": {"type": "ByUser"}, "rules": []}},
