@@ -101,6 +101,7 @@ def advertise_address(state: State) -> str:
 def _apiserver_argv(state: State) -> list[str]:
     cert, key = state.pki.apiserver
     kubelet_cert, kubelet_key = state.pki.client(KUBELET_CLIENT)
+    sa_pub, sa_key = state.pki.service_account
     return [
         *_python("apiserver"),
         f"--etcd-servers={','.join(state.etcd_servers)}",
@@ -115,6 +116,8 @@ def _apiserver_argv(state: State) -> list[str]:
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         f"--kubelet-client-certificate={kubelet_cert}",
         f"--kubelet-client-key={kubelet_key}",
+        f"--service-account-key-file={sa_pub}",
+        f"--service-account-signing-key-file={sa_key}",
     ]
 
 

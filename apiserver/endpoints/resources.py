@@ -609,10 +609,10 @@ class ResourceHandler:
             raise errors.bad_request("TokenRequest spec.boundObjectRef must be an object")
         if bound:
             kind = bound.get("kind")
-            plural = {"Pod": "pods", "Secret": "secrets"}.get(kind or "")
+            plural = {"Pod": "pods", "Secret": "secrets", "Node": "nodes"}.get(kind or "")
             if plural is None:
                 raise errors.bad_request(f"cannot bind token to object of type {kind}")
-            target = await self.stores[("", "v1", plural)].get(ns, bound.get("name", ""))
+            target = await self.stores[("", "v1", plural)].get(None if kind == "Node" else ns, bound.get("name", ""))
             if bound.get("uid") and bound["uid"] != target["metadata"].get("uid"):
                 raise errors.conflict(plural, "", bound.get("name", ""), "the UID in the bound object reference "
                                       f"({bound['uid']}) does not match the UID in record. The object might have "
