@@ -32,12 +32,39 @@ class UpError(Exception):
     """A component did not become ready; the message carries the tail of its log."""
 
 
+#: The process that restarts dead ones (deploy/supervisor.py); `up` starts it last, `down` stops it first.
+SUPERVISOR = "supervisor"
+
+
 @dataclass(frozen=True)
 class ProcessStatus:
     spec: ProcessSpec
     pid: int | None
     running: bool
     ready: bool
+    restarts: int = 0
+
+
+def _supervisor_spec() -> ProcessSpec:
+    return ProcessSpec(name=SUPERVISOR, argv=lambda state: [sys.executable, "-m", "deploy.supervisor",
+                                                            f"--state-dir={state.root}"],
+                       health=lambda state: "")
+
+
+def restarts(state: State, name: str) -> int:
+    """How often the supervisor restarted `name` since `pyk8s up` started it."""
+    try:
+        return int(state.restarts_file(name).read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+async def _stop_supervisor(state: State) -> None:
+    """Before anything is started or stopped on purpose, so the supervisor never undoes it."""
+    pid = running_pid(state, SUPERVISOR)
+    if pid is not None:
+        await _stop(pid, state)
+    state.pid_file(SUPERVISOR).unlink(missing_ok=True)
 
 
 def enabled_specs(state: State, node_nets: list[NodeNet] | None = None) -> list[ProcessSpec]:
@@ -176,7 +203,7 @@ def _argv_changed(state: State, spec: ProcessSpec) -> bool:
     return old != "\0".join(spec.argv(state))
 
 
-def _launch(state: State, spec: ProcessSpec) -> subprocess.Popen[bytes]:
+def launch(state: State, spec: ProcessSpec) -> subprocess.Popen[bytes]:
     """Start detached (own session, output to its log) so it outlives this command.
 
     asyncio's subprocess transport kills a still-running child when it is closed, which is the opposite
@@ -258,6 +285,7 @@ async def _stop_processes(state: State, wanted: list[ProcessSpec], report: list[
             killed = await _stop(pid, state)
             state.pid_file(spec.name).unlink(missing_ok=True)
             report.append(f"{spec.name}: stopped (pid {pid}{', killed' if killed else ''})")
+        state.restarts_file(spec.name).unlink(missing_ok=True)
         if spec.after_stop is not None:
             await spec.after_stop(state)
 
@@ -296,6 +324,7 @@ async def up(state_dir: Path, request: Request | None = None) -> str:
     state = State.load(state_dir)
     previous_mode, previous_hollow = state.settings.proxy_mode, state.settings.hollow_nodes
     _apply(state, request)
+    await _stop_supervisor(state)
     _check_host(state)
     try:
         if state.settings.nodes:
@@ -342,7 +371,7 @@ async def up(state_dir: Path, request: Request | None = None) -> str:
                 changes.append(f"{spec.name}: restarted (its command line changed)")
                 pid = None
             if pid is None:
-                proc = _launch(state, spec)
+                proc = launch(state, spec)
                 launched.append(spec.name)
             await _wait_ready(state, spec, http, proc)
             if proc is not None and spec.after_ready is not None:
@@ -373,6 +402,7 @@ async def up(state_dir: Path, request: Request | None = None) -> str:
             if prebuild is not None and not prebuild.done():
                 prebuild.cancel()
 
+    launch(state, _supervisor_spec())
     elapsed = time.monotonic() - started
     headline = f"pyk8s is up in {elapsed:.1f}s (started {', '.join(launched)})" if launched else "pyk8s is already up"
     return "\n".join([*changes, f"{headline}: {state.server}", _nodes_line(state), usage(state)])
@@ -409,6 +439,7 @@ async def down(state_dir: Path) -> list[str]:
     """Stop every process, the nodes' pods and containerd; delete the node network by exact name; data stays."""
     state = State.load(state_dir)
     report: list[str] = []
+    await _stop_supervisor(state)
     await _stop_processes(state, specs(state, nodes.known_node_nets(state)), report)
     report.extend(await nodes.remove_network(state, nodes.known_node_nets(state), bridge=True))
     return report
@@ -423,7 +454,7 @@ async def status(state_dir: Path) -> list[ProcessStatus]:
         async def one(spec: ProcessSpec) -> ProcessStatus:
             pid = running_pid(state, spec.name)
             ready = pid is not None and await probe(http, spec.health(state))
-            return ProcessStatus(spec, pid, pid is not None, ready)
+            return ProcessStatus(spec, pid, pid is not None, ready, restarts(state, spec.name))
 
         return list(await asyncio.gather(*(one(spec) for spec in wanted)))
 
@@ -474,10 +505,10 @@ def format_images(rows: Iterable[tuple[str, str, int]]) -> str:
 
 
 def format_status(rows: Iterable[ProcessStatus]) -> str:
-    table = [("NAME", "PID", "RUNNING", "READY")]
+    table = [("NAME", "PID", "RUNNING", "READY", "RESTARTS")]
     for row in rows:
         yes_no = ("yes" if row.running else "no", "yes" if row.ready else "no")
-        table.append((row.spec.name, str(row.pid or "-"), *yes_no))
+        table.append((row.spec.name, str(row.pid or "-"), *yes_no, str(row.restarts)))
     return _table(table)
 
 
