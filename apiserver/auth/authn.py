@@ -168,7 +168,7 @@ class Authenticator:
                 self._tokens.clear()
             self._tokens[token] = hit
         _, claims, user = hit
-        if claims is None:
+        if claims is None or (claims.expires and time.time() >= claims.expires):
             return None
         lookup = self.lookup()
         if lookup is not None:

@@ -57,6 +57,8 @@ class Claims:
     bound: tuple[tuple[str, str, str], ...]
     jti: str = ""
     legacy: bool = False
+    #: Unix seconds after which the token is refused (`exp`), even from a cache; 0 for legacy tokens.
+    expires: float = 0.0
 
     @property
     def username(self) -> str:
@@ -191,7 +193,8 @@ class TokenIssuer:
         bound = tuple((kind, str(ref.get("name", "")), str(ref.get("uid", "")))
                       for kind in ("pod", "secret", "node") if isinstance(ref := k8s.get(kind), dict))
         return Claims(k8s.get("namespace", ""), sa.get("name", ""), sa.get("uid", ""),
-                      tuple([aud] if isinstance(aud, str) else aud), bound, str(claims.get("jti") or ""))
+                      tuple([aud] if isinstance(aud, str) else aud), bound, str(claims.get("jti") or ""),
+                      expires=float(claims.get("exp") or 0))
 
     def review(self, token: str, audiences: list[str] | None, lookup: Lookup | None) -> dict[str, Any]:
         """TokenReview status for `token`: signature, audiences, then the live objects it names."""
