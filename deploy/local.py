@@ -324,7 +324,6 @@ async def up(state_dir: Path, request: Request | None = None) -> str:
     state = State.load(state_dir)
     previous_mode, previous_hollow = state.settings.proxy_mode, state.settings.hollow_nodes
     _apply(state, request)
-    await _stop_supervisor(state)
     _check_host(state)
     try:
         if state.settings.nodes:
@@ -338,6 +337,7 @@ async def up(state_dir: Path, request: Request | None = None) -> str:
 
     wanted = enabled_specs(state)
     _check_ports(state, wanted)
+    await _stop_supervisor(state)
     changes: list[str] = []
     await _stop_processes(state, [spec for spec in specs(state) if not spec.enabled(state)], changes)
     retired = await _retire_nodes(state, changes)
@@ -396,13 +396,14 @@ async def up(state_dir: Path, request: Request | None = None) -> str:
                 if retired or previous_hollow > state.settings.hollow_nodes:
                     group.create_task(forget_nodes(http))
         except* UpError as errors:
-            hint = f"Whatever did start keeps running; stop it with: pyk8s down --state-dir {state.root}"
+            launch(state, _supervisor_spec())
+            hint = f"Whatever did start keeps running (supervised); stop it with: pyk8s down --state-dir {state.root}"
             raise UpError("\n".join([*(str(e) for e in errors.exceptions), hint])) from None
         finally:
             if prebuild is not None and not prebuild.done():
                 prebuild.cancel()
 
-    launch(state, _supervisor_spec())
+    launch(state, _supervisor_spec())  # last, so it never races `up` over a process
     elapsed = time.monotonic() - started
     headline = f"pyk8s is up in {elapsed:.1f}s (started {', '.join(launched)})" if launched else "pyk8s is already up"
     return "\n".join([*changes, f"{headline}: {state.server}", _nodes_line(state), usage(state)])
