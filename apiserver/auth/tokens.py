@@ -68,9 +68,9 @@ class Claims:
         """TokenReview's `status.user`."""
         extra: dict[str, list[str]] = {}
         for kind, name, uid in self.bound:
-            if kind == "pod":
-                extra["authentication.kubernetes.io/pod-name"] = [name]
-                extra["authentication.kubernetes.io/pod-uid"] = [uid]
+            if kind in ("pod", "node"):
+                extra[f"authentication.kubernetes.io/{kind}-name"] = [name]
+                extra[f"authentication.kubernetes.io/{kind}-uid"] = [uid]
         if self.jti:
             extra["authentication.kubernetes.io/credential-id"] = [f"JTI={self.jti}"]
         user: dict[str, Any] = {
@@ -152,6 +152,8 @@ class TokenIssuer:
         claim: dict[str, Any] = {"namespace": namespace, "serviceaccount": {"name": name, "uid": uid}}
         if bound and bound.get("kind") in ("Pod", "Secret", "Node"):
             claim[bound["kind"].lower()] = {"name": bound.get("name", ""), "uid": bound.get("uid", "")}
+            if bound["kind"] == "Pod" and bound.get("node"):
+                claim["node"] = {"name": bound["node"]["name"], "uid": bound["node"]["uid"]}
         payload = {
             "iss": self.issuer,
             "sub": f"system:serviceaccount:{namespace}:{name}",
@@ -229,7 +231,10 @@ def check_live(claims: Claims, token: str, lookup: Lookup, now: float | None = N
         raise TokenError(f"service account {claims.namespace}/{claims.name} has been deleted")
     if _uid(account) != claims.uid:
         raise TokenError(f"service account UID ({_uid(account)}) does not match claim ({claims.uid})")
+    pod_bound = any(kind == "pod" for kind, _, _ in claims.bound)
     for kind, name, uid in claims.bound:
+        if kind == "node" and pod_bound:
+            continue  # a pod's token names its node for information; the pod is what it is bound to
         plural = {"pod": "pods", "secret": "secrets", "node": "nodes"}[kind]
         obj = lookup(plural, "" if kind == "node" else claims.namespace, name)
         if obj is None or _deleted_long_ago(obj, now):

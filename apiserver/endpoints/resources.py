@@ -618,6 +618,13 @@ class ResourceHandler:
                                       f"({bound['uid']}) does not match the UID in record. The object might have "
                                       "been deleted and then recreated")
             bound = {**bound, "uid": target["metadata"].get("uid", "")}
+            node_name = (target.get("spec") or {}).get("nodeName") if kind == "Pod" else None
+            if node_name:
+                # As upstream's ServiceAccountTokenPodNodeInfo: a pod's token names its node too, if it exists.
+                nodes = self.stores[("", "v1", "nodes")]
+                node = nodes.cache.entries.get(nodes.key(None, node_name))
+                if node is not None:
+                    bound["node"] = {"name": node_name, "uid": node.obj["metadata"].get("uid", "")}
         return self._json(reviews.token_request(self.tokens, body, ns, account, bound), 201)
 
     async def bind(self, store: RESTStore, ns: str | None, name: str, binding: Any, wopts: WriteOptions) -> None:

@@ -119,6 +119,13 @@ def test_secret_and_node_bound_tokens_die_with_their_objects(server: Server) -> 
     by_node = server.kubectl("create", "token", "obj-bound", "--bound-object-kind=Node",
                              "--bound-object-name=token-node").strip()
     assert server.with_token(by_secret) == 200 and server.with_token(by_node) == 200
+    server.kubectl("run", "on-node", "--image=busybox", "--overrides",
+                   '{"spec":{"serviceAccountName":"obj-bound","nodeName":"token-node"}}')
+    by_pod = server.kubectl("create", "token", "obj-bound", "--bound-object-kind=Pod",
+                            "--bound-object-name=on-node").strip()
+    extra = server.review(by_pod)["user"]["extra"]
+    assert extra["authentication.kubernetes.io/node-name"] == ["token-node"]
+    assert extra["authentication.kubernetes.io/node-uid"] == [_uid(server, "node", "token-node")]
 
     server.kubectl("delete", "secret", "anchor")
     wait_status(server, by_secret, 401)
@@ -126,6 +133,7 @@ def test_secret_and_node_bound_tokens_die_with_their_objects(server: Server) -> 
     server.kubectl("delete", "node", "token-node")
     wait_status(server, by_node, 401)
     assert server.review(by_node)["error"] == "service account token has been invalidated"
+    assert server.with_token(by_pod) == 200, "a pod's token names its node but is bound to the pod only"
 
 
 def test_token_dies_with_its_service_account(server: Server) -> None:
