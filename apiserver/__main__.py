@@ -21,7 +21,7 @@ from apiserver.controlplane.leases import DEFAULT_TTL
 from apiserver.endpoints.app import APIApp
 from apiserver.endpoints.proxy import KubeletClientConfig
 from apiserver.registry.componentstatus import DEFAULT_CONTROLLER_MANAGER_URL, DEFAULT_SCHEDULER_URL
-from apiserver.server import APIServer, Options
+from apiserver.server import DEFAULT_CERT_DIR, APIServer, Options
 from services.runtime.durations import go_duration
 from services.runtime.hostaddress import NoHostAddress, resolve_bind_address
 
@@ -125,7 +125,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--insecure-port", type=int, default=0, help="plain HTTP on 127.0.0.1 (tests); 0 disables")
     p.add_argument("--tls-cert-file", default="")
     p.add_argument("--tls-private-key-file", default="")
-    p.add_argument("--cert-dir", default="/var/run/pyk8s", help="where a self-signed cert is kept when none is given")
+    p.add_argument("--cert-dir", default=None,
+                   help="where a self-signed cert is kept when none is given (default /var/run/pyk8s)")
     p.add_argument("--client-ca-file", default="")
     p.add_argument("--token-auth-file", type=token_file, default="",
                    help="static bearer tokens: CSV token,user,uid,\"group1,group2\"")
@@ -147,7 +148,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--service-node-port-range", default="30000-32767")
     p.add_argument("--service-account-issuer", default="https://kubernetes.default.svc.cluster.local")
     p.add_argument("--service-account-signing-key-file", default="",
-                   help="EC private key that signs service-account tokens (default: one kept in --cert-dir)")
+                   help="EC private key that signs service-account tokens (default: sa.key kept in an explicitly "
+                        "given --cert-dir, else a key of this process only)")
+    p.add_argument("--service-account-key-file", action="append", default=[], metavar="FILE",
+                   help="PEM public (or private) key that verifies service-account tokens; repeatable "
+                        "(default: the signing key's)")
     p.add_argument("--api-audiences", default="", help="comma-separated; default: the issuer")
     p.add_argument("--kubelet-certificate-authority", default="", help="CA that signs kubelet serving certs")
     p.add_argument("--kubelet-client-certificate", default="")
@@ -218,7 +223,9 @@ async def serve(args: argparse.Namespace) -> None:
         secure_port=args.secure_port or args.insecure_port,
         endpoint_reconciler_type=args.endpoint_reconciler_type,
         endpoint_reconciler_ttl=args.endpoint_reconciler_ttl,
-        cert_dir=args.cert_dir,
+        cert_dir=args.cert_dir or DEFAULT_CERT_DIR,
+        service_account_key_files=args.service_account_key_file,
+        service_account_key_dir="" if args.service_account_signing_key_file else args.cert_dir or "",
         service_account_issuer=args.service_account_issuer,
         service_account_signing_key_file=args.service_account_signing_key_file,
         api_audiences=[a for a in args.api_audiences.split(",") if a],
@@ -250,7 +257,7 @@ async def serve(args: argparse.Namespace) -> None:
         if not cert or not key:
             from services.runtime.pki import ensure_self_signed
 
-            cert_path, key_path = ensure_self_signed(Path(args.cert_dir), self_signed_hosts(options))
+            cert_path, key_path = ensure_self_signed(Path(options.cert_dir), self_signed_hosts(options))
             cert, key = str(cert_path), str(key_path)
         configs.append(uvicorn.Config(app, host=args.bind_address, port=args.secure_port, ssl_certfile=cert,
                                       ssl_keyfile=key, ssl_ca_certs=args.client_ca_file or None,

@@ -6,7 +6,6 @@ import asyncio
 import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import orjson
 import structlog
@@ -35,6 +34,7 @@ from services.api.catalog import Catalog
 
 log = structlog.get_logger("apiserver")
 
+DEFAULT_CERT_DIR = "/var/run/pyk8s"
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -51,9 +51,13 @@ class Options:
     endpoint_reconciler_type: str = "lease"
     #: Seconds an apiserver's lease outlives its last refresh; it refreshes every two thirds of that.
     endpoint_reconciler_ttl: int = DEFAULT_TTL
-    cert_dir: str = "/var/run/pyk8s"
+    cert_dir: str = DEFAULT_CERT_DIR
     service_account_issuer: str = DEFAULT_ISSUER
     service_account_signing_key_file: str = ""
+    #: --service-account-key-file (repeatable): the public keys tokens verify with; default the signing key's.
+    service_account_key_files: list[str] = field(default_factory=list)
+    #: Where a signing key is kept when no file is named (an explicit --cert-dir); "" keeps it in memory only.
+    service_account_key_dir: str = ""
     api_audiences: list[str] = field(default_factory=list)
     #: Seconds etcd keeps each Event after its last write (--event-ttl); 0 keeps them for good.
     event_ttl: int = 3600
@@ -99,9 +103,9 @@ class APIServer:
             admission=self.admission,
             event_ttl=options.event_ttl,
         )
-        self.tokens = TokenIssuer.load_or_create(
-            options.service_account_signing_key_file, Path(options.cert_dir), options.service_account_issuer,
-            options.api_audiences,
+        self.tokens = TokenIssuer.load(
+            options.service_account_signing_key_file, options.service_account_key_files,
+            options.service_account_key_dir, options.service_account_issuer, options.api_audiences,
         )
         self.stores: dict[tuple[str, str, str], RESTStore] = {}
         for res in self.catalog:

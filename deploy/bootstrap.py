@@ -63,6 +63,11 @@ class PkiDir:
     def apiserver(self) -> tuple[Path, Path]:
         return self.root / "apiserver.crt", self.root / "apiserver.key"
 
+    @property
+    def service_account(self) -> tuple[Path, Path]:
+        """The service-account token key pair, named as kubeadm names it: (sa.pub, sa.key)."""
+        return self.root / "sa.pub", self.root / "sa.key"
+
     def client(self, identity: ClientIdentity) -> tuple[Path, Path]:
         return self.root / f"{identity.name}.crt", self.root / f"{identity.name}.key"
 
@@ -78,6 +83,8 @@ def ensure_pki(pki_dir: PkiDir, hosts: Sequence[str]) -> None:
     The serving cert is reissued when it no longer covers `hosts` or was signed by another CA.
     """
     ca = pki.load_or_create_ca(*pki_dir.ca)
+    public, private = pki_dir.service_account
+    pki.load_or_create_service_account_key(private, public)
     try:
         serving = pki.CertKey.load(*pki_dir.apiserver)
         serving.cert.verify_directly_issued_by(ca.cert)

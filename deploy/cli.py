@@ -125,7 +125,7 @@ def _pki(out: Path, hosts: list[str], server: str) -> str:
         pass
     ensure_pki(pki_dir, apiserver_hosts([*hosts, socket.gethostname()]))
     write_kubeconfig(out / "admin.conf", server, pki_dir)
-    return f"wrote {pki_dir.root}/{{ca,apiserver,admin}}.{{crt,key}} and {out / 'admin.conf'}"
+    return f"wrote {pki_dir.root}/{{ca,apiserver,admin}}.{{crt,key}}, sa.{{key,pub}} and {out / 'admin.conf'}"
 
 
 def run(argv: list[str] | None = None) -> int:

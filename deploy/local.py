@@ -33,12 +33,39 @@ class UpError(Exception):
     """A component did not become ready; the message carries the tail of its log."""
 
 
+#: The process that restarts dead ones (deploy/supervisor.py); `up` starts it last, `down` stops it first.
+SUPERVISOR = "supervisor"
+
+
 @dataclass(frozen=True)
 class ProcessStatus:
     spec: ProcessSpec
     pid: int | None
     running: bool
     ready: bool
+    restarts: int = 0
+
+
+def _supervisor_spec() -> ProcessSpec:
+    return ProcessSpec(name=SUPERVISOR, argv=lambda state: [sys.executable, "-m", "deploy.supervisor",
+                                                            f"--state-dir={state.root}"],
+                       health=lambda state: "")
+
+
+def restarts(state: State, name: str) -> int:
+    """How often the supervisor restarted `name` since `pyk8s up` started it."""
+    try:
+        return int(state.restarts_file(name).read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+async def _stop_supervisor(state: State) -> None:
+    """Before anything is started or stopped on purpose, so the supervisor never undoes it."""
+    pid = running_pid(state, SUPERVISOR)
+    if pid is not None:
+        await _stop(pid, state)
+    state.pid_file(SUPERVISOR).unlink(missing_ok=True)
 
 
 def enabled_specs(state: State, node_nets: list[NodeNet] | None = None) -> list[ProcessSpec]:
@@ -177,7 +204,7 @@ def _argv_changed(state: State, spec: ProcessSpec) -> bool:
     return old != "\0".join(spec.argv(state))
 
 
-def _launch(state: State, spec: ProcessSpec) -> subprocess.Popen[bytes]:
+def launch(state: State, spec: ProcessSpec) -> subprocess.Popen[bytes]:
     """Start detached (own session, output to its log) so it outlives this command.
 
     asyncio's subprocess transport kills a still-running child when it is closed, which is the opposite
@@ -259,6 +286,7 @@ async def _stop_processes(state: State, wanted: list[ProcessSpec], report: list[
             killed = await _stop(pid, state)
             state.pid_file(spec.name).unlink(missing_ok=True)
             report.append(f"{spec.name}: stopped (pid {pid}{', killed' if killed else ''})")
+        state.restarts_file(spec.name).unlink(missing_ok=True)
         if spec.after_stop is not None:
             await spec.after_stop(state)
 
@@ -310,6 +338,7 @@ async def up(state_dir: Path, request: Request | None = None) -> str:
 
     wanted = enabled_specs(state)
     _check_ports(state, wanted)
+    await _stop_supervisor(state)
     changes: list[str] = []
     await _stop_processes(state, [spec for spec in specs(state) if not spec.enabled(state)], changes)
     retired = await _retire_nodes(state, changes)
@@ -343,7 +372,7 @@ async def up(state_dir: Path, request: Request | None = None) -> str:
                 changes.append(f"{spec.name}: restarted (its command line changed)")
                 pid = None
             if pid is None:
-                proc = _launch(state, spec)
+                proc = launch(state, spec)
                 launched.append(spec.name)
             await _wait_ready(state, spec, http, proc)
             if proc is not None and spec.after_ready is not None:
@@ -368,7 +397,8 @@ async def up(state_dir: Path, request: Request | None = None) -> str:
                 if retired or previous_hollow > state.settings.hollow_nodes:
                     group.create_task(forget_nodes(http))
         except* UpError as errors:
-            hint = f"Whatever did start keeps running; stop it with: pyk8s down --state-dir {state.root}"
+            launch(state, _supervisor_spec())
+            hint = f"Whatever did start keeps running (supervised); stop it with: pyk8s down --state-dir {state.root}"
             raise UpError("\n".join([*(str(e) for e in errors.exceptions), hint])) from None
         finally:
             if prebuild is not None and not prebuild.done():
@@ -379,6 +409,7 @@ async def up(state_dir: Path, request: Request | None = None) -> str:
         except (RuntimeError, httpx.HTTPError) as error:
             raise UpError(f"cluster-info: {error}") from None
 
+    launch(state, _supervisor_spec())  # last, so it never races `up` over a process
     elapsed = time.monotonic() - started
     headline = f"pyk8s is up in {elapsed:.1f}s (started {', '.join(launched)})" if launched else "pyk8s is already up"
     return "\n".join([*changes, f"{headline}: {state.server}", _nodes_line(state), usage(state)])
@@ -415,6 +446,7 @@ async def down(state_dir: Path) -> list[str]:
     """Stop every process, the nodes' pods and containerd; delete the node network by exact name; data stays."""
     state = State.load(state_dir)
     report: list[str] = []
+    await _stop_supervisor(state)
     await _stop_processes(state, specs(state, nodes.known_node_nets(state)), report)
     report.extend(await nodes.remove_network(state, nodes.known_node_nets(state), bridge=True))
     return report
@@ -429,7 +461,7 @@ async def status(state_dir: Path) -> list[ProcessStatus]:
         async def one(spec: ProcessSpec) -> ProcessStatus:
             pid = running_pid(state, spec.name)
             ready = pid is not None and await probe(http, spec.health(state))
-            return ProcessStatus(spec, pid, pid is not None, ready)
+            return ProcessStatus(spec, pid, pid is not None, ready, restarts(state, spec.name))
 
         return list(await asyncio.gather(*(one(spec) for spec in wanted)))
 
@@ -480,10 +512,10 @@ def format_images(rows: Iterable[tuple[str, str, int]]) -> str:
 
 
 def format_status(rows: Iterable[ProcessStatus]) -> str:
-    table = [("NAME", "PID", "RUNNING", "READY")]
+    table = [("NAME", "PID", "RUNNING", "READY", "RESTARTS")]
     for row in rows:
         yes_no = ("yes" if row.running else "no", "yes" if row.ready else "no")
-        table.append((row.spec.name, str(row.pid or "-"), *yes_no))
+        table.append((row.spec.name, str(row.pid or "-"), *yes_no, str(row.restarts)))
     return _table(table)
 
 

@@ -101,6 +101,7 @@ def advertise_address(state: State) -> str:
 def _apiserver_argv(state: State) -> list[str]:
     cert, key = state.pki.apiserver
     kubelet_cert, kubelet_key = state.pki.client(KUBELET_CLIENT)
+    sa_pub, sa_key = state.pki.service_account
     return [
         *_python("apiserver"),
         f"--etcd-servers={','.join(state.etcd_servers)}",
@@ -118,6 +119,8 @@ def _apiserver_argv(state: State) -> list[str]:
         f"--kubelet-client-key={kubelet_key}",
         f"--scheduler-health-url={_local_health('scheduler')(state)}",
         f"--controller-manager-health-url={_local_health('controller-manager')(state)}",
+        f"--service-account-key-file={sa_pub}",
+        f"--service-account-signing-key-file={sa_key}",
     ]
 
 

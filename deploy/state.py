@@ -77,6 +77,10 @@ class State:
     def pid_file(self, name: str) -> Path:
         return self.root / "run" / f"{name}.pid"
 
+    def restarts_file(self, name: str) -> Path:
+        """How often the supervisor restarted `name`."""
+        return self.root / "run" / f"{name}.restarts"
+
     @property
     def external_etcd(self) -> bool:
         return bool(self.settings.etcd_servers)

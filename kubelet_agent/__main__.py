@@ -80,7 +80,8 @@ async def main(argv: list[str]) -> None:
     except ValueError as exc:
         p.error(str(exc))
     client = Client(client_config(args, "kubelet/v1.32.0-pyk8s"))
-    health = HealthServer(s.healthz_bind, s.healthz_port) if s.healthz_port else None
+    # As upstream's 10248: health only. Metrics are on the kubelet API, behind authn/authz (nodes/metrics).
+    health = HealthServer(s.healthz_bind, s.healthz_port, metrics=False) if s.healthz_port else None
     started = asyncio.Event()
     if health is not None:
         health.add_readyz_check("started", started.is_set)

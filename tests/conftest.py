@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import os
@@ -21,6 +22,7 @@ import httpx
 import pytest
 
 from services.client.errors import NotFound
+from services.runtime.pki import load_or_create_service_account_key
 
 REPO = Path(__file__).resolve().parent.parent
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
@@ -152,9 +154,22 @@ class APIServerProcess:
             return ""
 
 
+#: One service-account signing key for every apiserver a session starts, as replicas of one cluster share it.
+SESSION_SA_DIR = Path(tempfile.mkdtemp(prefix="pyk8s-test-sa-"))
+atexit.register(shutil.rmtree, SESSION_SA_DIR, True)
+
+
+def session_sa_key() -> Path:
+    key = SESSION_SA_DIR / "sa.key"
+    load_or_create_service_account_key(key, SESSION_SA_DIR / "sa.pub")
+    return key
+
+
 def start_apiserver(etcd_urls: list[str], workdir: Path, *extra: str, port: int | None = None) -> APIServerProcess:
     """Run `python -m apiserver` on plain HTTP (loopback) and wait for /readyz."""
     port = port or free_port()
+    if not any(arg.startswith("--service-account-signing-key-file") for arg in extra):
+        extra = (f"--service-account-signing-key-file={session_sa_key()}", *extra)
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / f"apiserver-{port}.log"
     log = open(log_path, "ab")  # noqa: SIM115 - handed to the child

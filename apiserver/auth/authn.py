@@ -16,12 +16,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
+
+import structlog
 
 from apiserver.auth.authz import ALLOW, Attributes, forbidden
 from apiserver.auth.bootstraptoken import BootstrapTokenAuthenticator
-from apiserver.auth.tokens import TokenIssuer
+from apiserver.auth.tokens import Claims, Lookup, TokenError, TokenIssuer, check_live, matching_audiences
 from apiserver.storage.cache import ResourceCache
 from services.api import errors
 from services.auth.identity import (
@@ -35,6 +37,8 @@ from services.auth.identity import (
     service_account_parts,
     with_authenticated,
 )
+
+log = structlog.get_logger("authn")
 
 UNSECURED = UserInfo("system:unsecured", groups=(MASTERS, AUTHENTICATED))
 WS_TOKEN_PREFIX = "base64url.bearer.authorization.k8s.io."
@@ -100,20 +104,32 @@ def peer_certificate(receive: Any) -> dict[str, Any] | None:
     return transport.get_extra_info("peercert")
 
 
+class ObjectStore(Protocol):
+    """What the authenticator reads bound objects from: a resource's store with its watch cache."""
+
+    cache: ResourceCache
+
+    def key(self, namespace: str | None, name: str) -> str: ...
+
+
 class Authenticator:
-    """The union of authenticators, with the answers for certificates and tokens cached."""
+    """The union of authenticators, with the answers for certificates and token signatures cached.
+
+    A service-account token's signature is checked once per TOKEN_CACHE_TTL; the objects it names
+    (its account, and the Pod, Secret or Node it is bound to) are looked up in the watch cache on
+    every request, so a token stops working the moment they are gone.
+    """
 
     def __init__(self, issuer: TokenIssuer, static_tokens: dict[str, UserInfo] | None = None,
-                 anonymous: bool = True, accounts: Callable[[], ResourceCache | None] | None = None,
-                 root: str = "/registry/", bootstrap: BootstrapTokenAuthenticator | None = None) -> None:
+                 anonymous: bool = True, objects: Callable[[str], ObjectStore] | None = None,
+                 bootstrap: BootstrapTokenAuthenticator | None = None) -> None:
         self.issuer = issuer
         self.bootstrap = bootstrap
         self.static_tokens = static_tokens or {}
         self.anonymous = anonymous
-        self.accounts = accounts
-        self.root = root
+        self.objects = objects
         self._certs: dict[int, tuple[dict[str, Any], UserInfo | None]] = {}
-        self._tokens: dict[str, tuple[float, UserInfo | None]] = {}
+        self._tokens: dict[str, tuple[float, Claims | None, UserInfo | None]] = {}
 
     def certificate(self, peer: dict[str, Any] | None) -> UserInfo | None:
         if not peer:
@@ -127,6 +143,21 @@ class Authenticator:
         self._certs[id(peer)] = (peer, user)
         return user
 
+    def lookup(self) -> Lookup | None:
+        """Reads of live objects from the watch cache; None until the caches have loaded."""
+        if self.objects is None:
+            return None
+        stores = {plural: self.objects(plural) for plural in ("serviceaccounts", "pods", "secrets", "nodes")}
+        if not all(store.cache.ready for store in stores.values()):
+            return None
+
+        def get(plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+            store = stores[plural]
+            entry = store.cache.entries.get(store.key(namespace or None, name))
+            return entry.obj if entry is not None else None
+
+        return get
+
     def token(self, token: str) -> UserInfo | None:
         """The user a bearer token names, or None when no token authenticator accepts it."""
         user = self.static_tokens.get(token)
@@ -136,32 +167,32 @@ class Authenticator:
             return user
         now = time.monotonic()
         hit = self._tokens.get(token)
-        if hit is not None and hit[0] > now:
-            return hit[1]
-        user = self._service_account(token)
-        if len(self._tokens) >= CACHE_LIMIT:
-            self._tokens.clear()
-        self._tokens[token] = (now + TOKEN_CACHE_TTL, user)
+        if hit is None or hit[0] <= now:
+            hit = (now + TOKEN_CACHE_TTL, *self._verify(token))
+            if len(self._tokens) >= CACHE_LIMIT:
+                self._tokens.clear()
+            self._tokens[token] = hit
+        _, claims, user = hit
+        if claims is None or (claims.expires and time.time() >= claims.expires):
+            return None
+        lookup = self.lookup()
+        if lookup is not None:
+            try:
+                check_live(claims, token, lookup)
+            except TokenError as exc:
+                log.info("service account token rejected", user=claims.username, reason=str(exc))
+                return None
         return user
 
-    def _service_account(self, token: str) -> UserInfo | None:
-        status = self.issuer.review(token, None)
-        if not status.get("authenticated"):
-            return None
-        info = status["user"]
-        if not self._account_exists(info.get("username", ""), info.get("uid", "")):
-            return None
-        return UserInfo(info.get("username", ""), info.get("uid", ""), with_authenticated(info.get("groups") or []),
-                        dict(info.get("extra") or {}))
-
-    def _account_exists(self, username: str, uid: str) -> bool:
-        """A token outlives nothing: once its service account is gone (or recreated) it is refused."""
-        cache = self.accounts() if self.accounts is not None else None
-        parts = service_account_parts(username)
-        if cache is None or not cache.ready or parts is None:
-            return True
-        entry = cache.entries.get(f"{self.root}serviceaccounts/{parts[0]}/{parts[1]}")
-        return entry is not None and (not uid or entry.obj.get("metadata", {}).get("uid") == uid)
+    def _verify(self, token: str) -> tuple[Claims | None, UserInfo | None]:
+        try:
+            claims = self.issuer.verify(token)
+            matching_audiences(claims, self.issuer.audiences)
+        except TokenError:
+            return None, None
+        info = claims.user()
+        return claims, UserInfo(info["username"], info["uid"], with_authenticated(info["groups"]),
+                                dict(info.get("extra") or {}))
 
     def authenticate(self, creds: Credentials, peer: dict[str, Any] | None, secure: bool) -> UserInfo:
         """The request's user; 401 when it presents a token nobody accepts or nothing at all without anonymous."""
@@ -191,11 +222,7 @@ class Authenticator:
                 return {"authenticated": False, "error": "token audiences " + str(self.issuer.audiences) +
                         " is invalid for the target audiences " + str(wanted)}
             return {"authenticated": True, "user": user.to_dict(), "audiences": matched}
-        status = self.issuer.review(token, audiences)
-        if status.get("authenticated") and not self._account_exists(status["user"].get("username", ""),
-                                                                     status["user"].get("uid", "")):
-            return {"authenticated": False, "error": "service account token has been invalidated"}
-        return status
+        return self.issuer.review(token, audiences, self.lookup())
 
 
 def impersonate(requester: UserInfo, headers: list[tuple[str, str]],

@@ -114,7 +114,7 @@ def create_app(server: Any) -> FastAPI:
     authorizer = Chain([modes[m] for m in options.authorization_modes])
     authenticator = Authenticator(
         server.tokens, load_token_file(options.token_auth_file) if options.token_auth_file else None,
-        options.anonymous_auth, lambda: server.store("", "v1", "serviceaccounts").cache, server.ctx.root,
+        options.anonymous_auth, lambda plural: server.store("", "v1", plural),
         bootstrap=BootstrapTokenAuthenticator(lambda: server.store("", "v1", "secrets").cache, server.ctx.root)
         if options.enable_bootstrap_token_auth else None,
     )

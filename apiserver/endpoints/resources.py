@@ -614,15 +614,22 @@ class ResourceHandler:
             raise errors.bad_request("TokenRequest spec.boundObjectRef must be an object")
         if bound:
             kind = bound.get("kind")
-            plural = {"Pod": "pods", "Secret": "secrets"}.get(kind or "")
+            plural = {"Pod": "pods", "Secret": "secrets", "Node": "nodes"}.get(kind or "")
             if plural is None:
                 raise errors.bad_request(f"cannot bind token to object of type {kind}")
-            target = await self.stores[("", "v1", plural)].get(ns, bound.get("name", ""))
+            target = await self.stores[("", "v1", plural)].get(None if kind == "Node" else ns, bound.get("name", ""))
             if bound.get("uid") and bound["uid"] != target["metadata"].get("uid"):
                 raise errors.conflict(plural, "", bound.get("name", ""), "the UID in the bound object reference "
                                       f"({bound['uid']}) does not match the UID in record. The object might have "
                                       "been deleted and then recreated")
             bound = {**bound, "uid": target["metadata"].get("uid", "")}
+            node_name = (target.get("spec") or {}).get("nodeName") if kind == "Pod" else None
+            if node_name:
+                # As upstream's ServiceAccountTokenPodNodeInfo: a pod's token names its node too, if it exists.
+                nodes = self.stores[("", "v1", "nodes")]
+                node = nodes.cache.entries.get(nodes.key(None, node_name))
+                if node is not None:
+                    bound["node"] = {"name": node_name, "uid": node.obj["metadata"].get("uid", "")}
         return self._json(reviews.token_request(self.tokens, body, ns, account, bound), 201)
 
     async def bind(self, store: RESTStore, ns: str | None, name: str, binding: Any, wopts: WriteOptions) -> None:

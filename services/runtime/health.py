@@ -34,8 +34,11 @@ class HealthServer:
         *,
         registry: CollectorRegistry = REGISTRY,
         ssl_context: ssl.SSLContext | None = None,
+        metrics: bool = True,
     ) -> None:
         self.host = host
+        #: False where metrics belong behind authentication elsewhere (the kubelet's 10248 serves only health).
+        self.metrics = metrics
         self.port = port
         self.registry = registry
         self.ssl_context = ssl_context
@@ -100,7 +103,7 @@ class HealthServer:
         url = urlsplit(target)
         query = parse_qs(url.query, keep_blank_values=True)
         path = url.path.rstrip("/") or "/"
-        if path == "/metrics":
+        if path == "/metrics" and self.metrics:
             return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry)
         endpoint, _, single = path.lstrip("/").partition("/")
         if endpoint not in ("healthz", "livez", "readyz"):

@@ -251,3 +251,24 @@ def sign_request(ca: CertKey, csr: x509.CertificateSigningRequest, usages: Seque
     except x509.ExtensionNotFound:
         pass
     return builder.sign(ca.key, hashes.SHA256())
+
+
+def load_or_create_service_account_key(key_path: Path, pub_path: Path) -> ec.EllipticCurvePrivateKey:
+    """The cluster's service-account signing key (`sa.key`) and its public half (`sa.pub`), as kubeadm
+    lays them out: created once with the rest of the PKI, so tokens survive restarts and verify on
+    every apiserver of this cluster and on no other."""
+    key_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(key_path.parent / ".sa.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if key_path.exists():
+            key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+            if not isinstance(key, ec.EllipticCurvePrivateKey):
+                raise ValueError(f"{key_path}: service-account signing key must be an EC key")
+        else:
+            key = _new_key()
+            write_file(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                   serialization.NoEncryption()), 0o600)
+        if not pub_path.exists():
+            write_file(pub_path, key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo), 0o644)
+    return key

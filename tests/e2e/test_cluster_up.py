@@ -183,7 +183,7 @@ def test_status_lists_every_process_and_up_again_is_a_no_op(cluster: Cluster) ->
                         "containerd-node-1", "kubelet-node-1", "kube-proxy-node-1", "containerd-node-2",
                         "kubelet-node-2", "kube-proxy-node-2"}
     assert set(rows) == expected
-    assert result.returncode == 0 and all(r[1:] == ["yes", "yes"] for r in rows.values()), result.stdout
+    assert result.returncode == 0 and all(r[1:] == ["yes", "yes", "0"] for r in rows.values()), result.stdout
     started = time.monotonic()
     again = pyk8s("up", "--state-dir", str(cluster.state_dir))
     assert again.returncode == 0 and "already up" in again.stdout, again.stdout + again.stderr

@@ -105,9 +105,12 @@ async def test_up_kubectl_down_up_keeps_data(state_dir: Path, record_property: C
     assert code == 0, status_out
     rows = {line.split()[0]: line.split()[1:] for line in status_out.splitlines()[1:]}
     assert set(rows) == set(process_names(state_dir)) >= {"etcd", "apiserver", "controller-manager", "scheduler"}
-    pids = [int(p.read_text()) for p in (state_dir / "run").glob("*.pid")]
+    pids = [int(p.read_text()) for p in (state_dir / "run").glob("*.pid") if p.stem != "supervisor"]
     assert sorted(pids) == sorted(int(r[0]) for r in rows.values())
-    assert all(r[1:] == ["yes", "yes"] for r in rows.values()), status_out
+    assert all(r[1:] == ["yes", "yes", "0"] for r in rows.values()), status_out
+    supervisor = int((state_dir / "run" / "supervisor.pid").read_text())
+    assert pid_alive(supervisor)
+    pids.append(supervisor)
 
     code, down_out, _ = await pyk8s("down", "--state-dir", str(state_dir))
     assert code == 0 and "apiserver: stopped" in down_out and "etcd: stopped" in down_out

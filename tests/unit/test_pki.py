@@ -8,8 +8,12 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from deploy.bootstrap import PkiDir, ensure_pki
+from deploy.processes import _apiserver_argv
+from deploy.state import Settings, State
 from services.runtime import pki
 
 
@@ -130,3 +134,25 @@ async def test_mutual_tls_handshake(tmp_path: Path, ca: pki.CertKey) -> None:
         server.close()
         await server.wait_closed()
     assert peers == ["admin", "admin"]
+
+
+def test_each_cluster_pki_has_its_own_service_account_key(tmp_path: Path) -> None:
+    """`pyk8s up` and `pyk8s pki` keep sa.key/sa.pub in the cluster's PKI; the apiserver is pointed at them."""
+    keys = []
+    for name in ("one", "two"):
+        pki_dir = PkiDir(tmp_path / name / "pki")
+        ensure_pki(pki_dir, ["127.0.0.1"])
+        public, private = pki_dir.service_account
+        assert stat.S_IMODE(private.stat().st_mode) == 0o600
+        key = serialization.load_pem_private_key(private.read_bytes(), password=None)
+        assert serialization.load_pem_public_key(public.read_bytes()).public_numbers() == \
+            key.public_key().public_numbers()
+        ensure_pki(pki_dir, ["127.0.0.1"])
+        assert serialization.load_pem_private_key(private.read_bytes(), password=None).private_numbers() == \
+            key.private_numbers(), "a second `up` keeps the key, so issued tokens stay valid"
+        keys.append(key.private_numbers())
+        argv = _apiserver_argv(State(tmp_path / name, Settings(nodes=0, etcd_client_port=1,
+                                                         component_ports={"scheduler": 1, "controller-manager": 2})))
+        assert f"--service-account-signing-key-file={private}" in argv
+        assert f"--service-account-key-file={public}" in argv
+    assert keys[0] != keys[1]
