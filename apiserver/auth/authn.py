@@ -213,8 +213,11 @@ class Authenticator:
         raise unauthorized()
 
     def review(self, token: str, audiences: list[str] | None) -> dict[str, Any]:
-        """TokenReview status: static tokens first, then service-account tokens with their audiences."""
+        """TokenReview status: static and bootstrap tokens first (audience-agnostic, as upstream wraps
+        them), then service-account tokens with their audiences."""
         user = self.static_tokens.get(token)
+        if user is None and self.bootstrap is not None:
+            user = self.bootstrap.authenticate(token)
         if user is not None:
             wanted = audiences or self.issuer.audiences
             matched = [a for a in wanted if a in self.issuer.audiences]

@@ -167,6 +167,12 @@ def test_bootstrap_token_csr_is_auto_approved_signed_and_authenticates_as_the_no
         assert info["username"] == "system:bootstrap:abc123"
         assert set(info["groups"]) == {"system:bootstrappers", NODE_GROUP, "system:authenticated"}
         assert whoami(plane.client(token="abc123.0123456789abcdee")).status_code == 401
+    with plane.admin_client() as admin:
+        review = admin.post("/apis/authentication.k8s.io/v1/tokenreviews", json={
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": "abc123.0123456789abcdef"}}).json()["status"]
+    assert review["authenticated"] is True and review["user"]["username"] == "system:bootstrap:abc123", review
+    with plane.client(token="abc123.0123456789abcdef") as bootstrap:
 
         request, key = new_request("system:node:node-a", ("system:nodes",))
         body = csr_body("node-a-client", request, "kubernetes.io/kube-apiserver-client-kubelet",
