@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from apiserver.customresources import CustomResourceServer
 from apiserver.registry.store import RESTStore, ServerContext, WriteOptions
 from apiserver.registry.strategies import strategy_for
 from apiserver.storage.cache import WatchCache
+from apiserver.storage.encryption import load_config
 from apiserver.storage.etcd import EtcdStore
 from services.api import errors
 from services.api.catalog import Catalog
@@ -37,6 +39,10 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 class Options:
     etcd_servers: list[str] = field(default_factory=lambda: ["http://127.0.0.1:2379"])
     etcd_prefix: str = "/registry"
+    #: TLS client settings for https:// etcd servers (--etcd-cafile, --etcd-certfile, --etcd-keyfile)
+    etcd_tls: ssl.SSLContext | None = None
+    #: --encryption-provider-config: an EncryptionConfiguration file; empty stores everything in plaintext
+    encryption_provider_config: str = ""
     service_cluster_ip_range: str = "10.96.0.0/12"
     service_node_port_range: tuple[int, int] = (30000, 32767)
     compaction_interval: float = 300.0
@@ -68,8 +74,11 @@ class APIServer:
     def __init__(self, options: Options) -> None:
         self.options = options
         self.catalog = Catalog()
-        self.etcd = EtcdStore(options.etcd_servers, lease_reuse_seconds=options.lease_reuse_duration_seconds)
         root = options.etcd_prefix.rstrip("/") + "/"
+        transformers = load_config(options.encryption_provider_config, root) \
+            if options.encryption_provider_config else None
+        self.etcd = EtcdStore(options.etcd_servers, lease_reuse_seconds=options.lease_reuse_duration_seconds,
+                              tls=options.etcd_tls, transformers=transformers)
         self.cache = WatchCache(self.etcd, root)
         self.ctx = ServerContext(
             etcd=self.etcd,
