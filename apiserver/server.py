@@ -126,6 +126,7 @@ class APIServer:
         return KubernetesServiceController(config, self.store("", "v1", "services"), reconciler)
 
     async def start(self) -> None:
+        await self.etcd.start()
         await self.cache.start()
         self.custom_resources.start()
         self.etcd_healthy = True

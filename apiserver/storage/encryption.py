@@ -8,7 +8,8 @@ update that changes nothing still writes it, which is how `kubectl replace` re-e
 Stored values are laid out as upstream's, so the same etcd data reads back in either:
 `k8s:enc:aescbc:v1:<key>:` IV and AES-CBC ciphertext with PKCS#7 padding; `k8s:enc:aesgcm:v1:<key>:`
 nonce and AES-GCM ciphertext, authenticated with the etcd key; `k8s:enc:secretbox:v1:<key>:` nonce
-and NaCl secretbox. `identity` stores plaintext.
+and NaCl secretbox; `k8s:enc:kms:v2:<name>:` and an EncryptedObject (see `kms.py`). `identity`
+stores plaintext.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from apiserver.storage.kms import KMSError, KMSv2
+from services.runtime.durations import go_duration
 
 API_VERSIONS = ("apiserver.config.k8s.io/v1", "apiserver.config.k8s.io/v1beta1")
 KIND = "EncryptionConfiguration"
@@ -128,17 +132,30 @@ class Secretbox:
 class Transformer:
     """The providers of one resource rule, in order: the first writes, any reads."""
 
-    def __init__(self, providers: Sequence[Provider]) -> None:
+    def __init__(self, providers: Sequence[Provider | KMSv2]) -> None:
         self.providers = list(providers)
         self._writer = self.providers[0]
 
-    def to_storage(self, data: bytes, key: str) -> bytes:
-        return self._writer.encrypt(data, key.encode())
+    async def to_storage(self, data: bytes, key: str) -> bytes:
+        writer = self._writer
+        if isinstance(writer, KMSv2):
+            try:
+                return await writer.encrypt(data, key.encode())
+            except KMSError as exc:
+                raise DecryptError(str(exc)) from exc
+        return writer.encrypt(data, key.encode())
 
-    def from_storage(self, data: bytes, key: str) -> tuple[bytes, bool]:
-        """The plaintext, and whether it was stored by any provider but the first (stale)."""
+    async def from_storage(self, data: bytes, key: str) -> tuple[bytes, bool]:
+        """The plaintext, and whether it was stored by any provider but the first, or under a KMS key
+        that is no longer the plugin's current one (stale)."""
         for i, provider in enumerate(self.providers):
             if data.startswith(provider.prefix):
+                if isinstance(provider, KMSv2):
+                    try:
+                        plain, old_key = await provider.decrypt(data, key.encode())
+                    except KMSError as exc:
+                        raise DecryptError(str(exc)) from exc
+                    return plain, i > 0 or old_key
                 try:
                     return provider.decrypt(data, key.encode()), i > 0
                 except DecryptError:
@@ -170,6 +187,18 @@ class PrefixTransformers:
         self._root_len = len(root)
         self._by_prefix: dict[str, Transformer] = {}
         self._nested: set[str] = set()
+
+    def kms_providers(self) -> list[KMSv2]:
+        return [p for rule in self.rules for p in rule.transformer.providers if isinstance(p, KMSv2)]
+
+    async def start(self) -> None:
+        """Have every KMS provider make its data key; before any read, so the plugins are checked at start."""
+        for provider in self.kms_providers():
+            await provider.start()
+
+    def close(self) -> None:
+        for provider in self.kms_providers():
+            provider.plugin.close()
 
     def register(self, prefix: str, group: str, resource: str) -> None:
         """Map a resource's key prefix (`/registry/secrets/`) to the first rule that names it; the first
@@ -237,11 +266,40 @@ def _keyed(kind: str, body: Any, where: str) -> list[Provider]:
     return out
 
 
-def _providers(raw: Any, where: str) -> list[Provider]:
+def _kms(body: Any, where: str, names: set[str]) -> KMSv2:
+    if not isinstance(body, dict):
+        raise ConfigError(f"{where}: Invalid value: must be an object")
+    if body.get("apiVersion") != "v2":
+        raise ConfigError(f"{where}.apiVersion: Unsupported value: \"{body.get('apiVersion', '')}\": "
+                          "supported values: \"v2\"")
+    name = body.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where}.name: Required value: name is required")
+    if ":" in name:
+        raise ConfigError(f"{where}.name: Invalid value: \"{name}\": should not contain ':'")
+    if name in names:
+        raise ConfigError(f"{where}.name: Duplicate value: \"{name}\": duplicate kms provider name")
+    names.add(name)
+    endpoint = body.get("endpoint")
+    if not isinstance(endpoint, str) or not endpoint:
+        raise ConfigError(f"{where}.endpoint: Required value: endpoint is required")
+    if not endpoint.startswith("unix://") or len(endpoint) <= len("unix://"):
+        raise ConfigError(f"{where}.endpoint: Invalid value: \"{endpoint}\": unsupported scheme for KMS "
+                          "provider, only unix is supported")
+    try:
+        timeout = go_duration(str(body.get("timeout", "3s")))
+    except ValueError as exc:
+        raise ConfigError(f"{where}.timeout: Invalid value: {exc}") from None
+    if timeout <= 0:
+        raise ConfigError(f"{where}.timeout: Invalid value: timeout should be a positive value")
+    return KMSv2(name, endpoint, timeout)
+
+
+def _providers(raw: Any, where: str, kms_names: set[str]) -> list[Provider | KMSv2]:
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"{where}: Required value: provider does not contain any of the expected providers: "
                           + ", ".join(_ALL_PROVIDERS))
-    out: list[Provider] = []
+    out: list[Provider | KMSv2] = []
     for p, entry in enumerate(raw):
         at = f"{where}[{p}]"
         kinds = [k for k in (entry or {}) if k in _ALL_PROVIDERS] if isinstance(entry, dict) else []
@@ -255,7 +313,7 @@ def _providers(raw: Any, where: str) -> list[Provider]:
         if kind == "identity":
             out.append(Identity())
         elif kind == "kms":
-            raise ConfigError(f"{at}.kms: Unsupported value: KMS providers are not supported by this apiserver")
+            out.append(_kms(entry[kind], f"{at}.kms", kms_names))
         else:
             out.extend(_keyed(kind, entry[kind], f"{at}.{kind}"))
     return out
@@ -301,12 +359,13 @@ def parse_config(text: str, root: str = "/registry/") -> PrefixTransformers:
         raise ConfigError("resources: Required value: resources (list) should have at least one element")
     rules = []
     seen: set[str] = set()
+    kms_names: set[str] = set()
     for i, entry in enumerate(resources):
         at = f"resources[{i}]"
         if not isinstance(entry, dict):
             raise ConfigError(f"{at}: Invalid value: must be an object with resources and providers")
         patterns = _patterns(entry.get("resources"), f"{at}.resources", seen)
-        rules.append(Rule(patterns, Transformer(_providers(entry.get("providers"), f"{at}.providers"))))
+        rules.append(Rule(patterns, Transformer(_providers(entry.get("providers"), f"{at}.providers", kms_names))))
     return PrefixTransformers(rules, root)
 
 

@@ -189,13 +189,13 @@ class EtcdStore:
         if self._transform is not None:
             self._transform.register(prefix, group, resource)
 
-    def _kv(self, raw: Any, lenient: bool = False) -> KV:
+    async def _kv(self, raw: Any, lenient: bool = False) -> KV:
         """A read key-value in plaintext. One that does not decrypt is a 500, or with `lenient` comes back
         empty, which the watch cache logs and skips like any object it cannot decode."""
         kv = _kv(raw)
         if self._transform is not None and (t := self._transform.for_key(kv.key)) is not None:
             try:
-                kv.value, kv.stale = t.from_storage(kv.value, kv.key)
+                kv.value, kv.stale = await t.from_storage(kv.value, kv.key)
             except DecryptError as exc:
                 if not lenient:
                     raise errors.internal(f"unable to transform key \"{kv.key}\": {exc}") from exc
@@ -203,9 +203,12 @@ class EtcdStore:
                 kv.value = b""
         return kv
 
-    def _encrypt(self, key: str, value: bytes) -> bytes:
+    async def _encrypt(self, key: str, value: bytes) -> bytes:
         if self._transform is not None and (t := self._transform.for_key(key)) is not None:
-            return t.to_storage(value, key)
+            try:
+                return await t.to_storage(value, key)
+            except DecryptError as exc:
+                raise errors.internal(f"unable to transform key \"{key}\": {exc}") from exc
         return value
 
     @property
@@ -277,7 +280,7 @@ class EtcdStore:
     # -- reads -----------------------------------------------------------------
     async def get(self, key: str, revision: int = 0) -> KV | None:
         resp = await self._read("get", rpc.RangeRequest(key=key.encode(), revision=revision))
-        return self._kv(resp.kvs[0]) if resp.kvs else None
+        return await self._kv(resp.kvs[0]) if resp.kvs else None
 
     async def list(
         self, prefix: str, revision: int = 0, limit: int = 0, start: str | None = None, lenient: bool = False
@@ -289,7 +292,9 @@ class EtcdStore:
 
         resp = await self._read("list", rpc.RangeRequest(key=begin, range_end=end, revision=revision, limit=limit),
                                 _CALL_TIMEOUT * 4)
-        return [self._kv(kv, lenient) for kv in resp.kvs], resp.header.revision, bool(resp.more)
+        if self._transform is None:
+            return [_kv(kv) for kv in resp.kvs], resp.header.revision, bool(resp.more)
+        return [await self._kv(kv, lenient) for kv in resp.kvs], resp.header.revision, bool(resp.more)
 
     async def count(self, prefix: str, start: str | None = None, revision: int = 0) -> tuple[int, int]:
         """(number of keys under prefix from `start` on, at `revision`; the response's revision)."""
@@ -326,7 +331,7 @@ class EtcdStore:
         With `ttl` (seconds) etcd deletes the key once that time has passed.
         """
         also = also_create or {}
-        value = self._encrypt(key, value)
+        value = await self._encrypt(key, value)
         keys = [key, *also]
         compare = [_absent(k) for k in keys]
         rest = [_put(k, v) for k, v in also.items()]
@@ -360,11 +365,11 @@ class EtcdStore:
         compare = [_at(key, revision)] + [_absent(k) for k in also]
         rest = [_put(k, v) for k, v in also.items()] + [_del(k) for k in also_delete or ()]
         failure = [_read_op(key)] + [_read_op(k) for k in also]
-        resp, sent = await self._write("update", key, self._encrypt(key, value), ttl, compare, rest, failure)
+        resp, sent = await self._write("update", key, await self._encrypt(key, value), ttl, compare, rest, failure)
         if resp.succeeded:
             return int(resp.header.revision)
         kvs = resp.responses[0].response_range.kvs
-        current = self._kv(kvs[0]) if kvs else None
+        current = await self._kv(kvs[0]) if kvs else None
         if current is not None and current.mod_revision == revision:
             for k, r in zip(also, resp.responses[1:], strict=True):
                 if r.response_range.kvs:
@@ -387,7 +392,7 @@ class EtcdStore:
         if not kvs and sent > 1:
             # Our own earlier attempt deleted it before its connection broke.
             return int(resp.header.revision)
-        raise RevisionMismatch(self._kv(kvs[0]) if kvs else None)
+        raise RevisionMismatch(await self._kv(kvs[0]) if kvs else None)
 
     async def put_raw(self, key: str, value: bytes) -> int:
         """Unconditional put, for bookkeeping keys only (never API objects)."""
@@ -478,7 +483,7 @@ class EtcdStore:
                             kv = ev.kv
                             key, value = kv.key.decode(), kv.value
                             if value and self._transform is not None:
-                                value = self._decrypt_event(key, value)
+                                value = await self._decrypt_event(key, value)
                             yield WatchEvent(key, value, kv.mod_revision, ev.type == _DELETE)
                             next_revision = kv.mod_revision + 1
                 finally:
@@ -492,19 +497,26 @@ class EtcdStore:
                 await self._failover(generation)
                 await asyncio.sleep(min(0.05 * failures, 1.0))
 
-    def _decrypt_event(self, key: str, value: bytes) -> bytes:
+    async def _decrypt_event(self, key: str, value: bytes) -> bytes:
         """A watched value in plaintext; one that does not decrypt is passed on empty, which the watch
         cache logs and skips, as it does any object it cannot decode."""
         t = self._transform.for_key(key) if self._transform is not None else None
         if t is None:
             return value
         try:
-            return t.from_storage(value, key)[0]
+            return (await t.from_storage(value, key))[0]
         except DecryptError as exc:
             log.error("unable to decrypt a watched object", key=key, error=str(exc))
             return b""
 
+    async def start(self) -> None:
+        """Ready what encryption needs before the first read (KMS plugins' data keys)."""
+        if self._transform is not None:
+            await self._transform.start()
+
     async def close(self) -> None:
+        if self._transform is not None:
+            self._transform.close()
         if self._client is not None:
             self._client.close()
             self._client = None

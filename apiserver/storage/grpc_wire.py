@@ -190,6 +190,13 @@ class Connection(asyncio.Protocol):
                 raise GrpcError(StatusCode.UNAVAILABLE, f"{host}:{port} did not agree to HTTP/2 (ALPN {protocol})")
         return conn
 
+    @classmethod
+    async def open_unix(cls, path: str, connect_seconds: float = 5.0) -> Connection:
+        """Connect in cleartext to a unix socket (a KMS plugin's), as gRPC does with authority `localhost`."""
+        loop = asyncio.get_running_loop()
+        _, conn = await asyncio.wait_for(loop.create_unix_connection(lambda: cls("localhost"), path), connect_seconds)
+        return conn
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio.Transport subclasses
         self._transport = transport

@@ -34,8 +34,8 @@ def _transformer(*providers: dict):  # type: ignore[no-untyped-def]
     return found
 
 
-def test_aescbc_is_iv_then_pkcs7_cbc() -> None:
-    stored = _transformer(_keyed("aescbc")).to_storage(b"plain text", KEY)
+async def test_aescbc_is_iv_then_pkcs7_cbc() -> None:
+    stored = await _transformer(_keyed("aescbc")).to_storage(b"plain text", KEY)
     prefix = b"k8s:enc:aescbc:v1:k1:"
     assert stored.startswith(prefix)
     body = stored[len(prefix):]
@@ -44,42 +44,42 @@ def test_aescbc_is_iv_then_pkcs7_cbc() -> None:
     assert unpadder.update(dec.update(body[16:]) + dec.finalize()) + unpadder.finalize() == b"plain text"
 
 
-def test_aesgcm_is_nonce_then_sealed_with_the_key_as_context() -> None:
+async def test_aesgcm_is_nonce_then_sealed_with_the_key_as_context() -> None:
     t = _transformer(_keyed("aesgcm", secret=SECRET[:16]))
-    stored = t.to_storage(b"plain text", KEY)
+    stored = await t.to_storage(b"plain text", KEY)
     body = stored[len(b"k8s:enc:aesgcm:v1:k1:"):]
     assert AESGCM(SECRET[:16]).decrypt(body[:12], body[12:], KEY.encode()) == b"plain text"
     with pytest.raises(DecryptError):  # moved to another key, it no longer authenticates
-        t.from_storage(stored, "/registry/secrets/ns/other")
+        await t.from_storage(stored, "/registry/secrets/ns/other")
 
 
-def test_secretbox_is_nacl_secretbox() -> None:
-    stored = _transformer(_keyed("secretbox")).to_storage(b"plain text", KEY)
+async def test_secretbox_is_nacl_secretbox() -> None:
+    stored = await _transformer(_keyed("secretbox")).to_storage(b"plain text", KEY)
     body = stored[len(b"k8s:enc:secretbox:v1:k1:"):]
     assert nacl.secret.SecretBox(SECRET).decrypt(body[24:], body[:24]) == b"plain text"
 
 
-def test_the_first_provider_writes_and_the_others_read_stale() -> None:
+async def test_the_first_provider_writes_and_the_others_read_stale() -> None:
     old = _transformer(_keyed("aescbc", "old"))
-    stored = old.to_storage(b"v", KEY)
+    stored = await old.to_storage(b"v", KEY)
     rotated = _transformer(_keyed("secretbox", "new"), _keyed("aescbc", "old"), {"identity": {}})
-    assert rotated.from_storage(stored, KEY) == (b"v", True)
-    fresh = rotated.to_storage(b"v", KEY)
+    assert await rotated.from_storage(stored, KEY) == (b"v", True)
+    fresh = await rotated.to_storage(b"v", KEY)
     assert fresh.startswith(b"k8s:enc:secretbox:v1:new:")
-    assert rotated.from_storage(fresh, KEY) == (b"v", False)
-    assert rotated.from_storage(b'{"plain":1}', KEY) == (b'{"plain":1}', True)
+    assert await rotated.from_storage(fresh, KEY) == (b"v", False)
+    assert await rotated.from_storage(b'{"plain":1}', KEY) == (b'{"plain":1}', True)
     with pytest.raises(DecryptError, match="no matching prefix"):
-        _transformer(_keyed("secretbox", "new")).from_storage(stored, KEY)
+        await _transformer(_keyed("secretbox", "new")).from_storage(stored, KEY)
 
 
-def test_identity_first_stores_plaintext() -> None:
+async def test_identity_first_stores_plaintext() -> None:
     t = _transformer({"identity": {}}, _keyed("aescbc"))
-    assert t.to_storage(b"v", KEY) == b"v"
-    encrypted = _transformer(_keyed("aescbc")).to_storage(b"v", KEY)
-    assert t.from_storage(encrypted, KEY) == (b"v", True)
+    assert await t.to_storage(b"v", KEY) == b"v"
+    encrypted = await _transformer(_keyed("aescbc")).to_storage(b"v", KEY)
+    assert await t.from_storage(encrypted, KEY) == (b"v", True)
 
 
-def test_resources_match_by_group_and_wildcards() -> None:
+async def test_resources_match_by_group_and_wildcards() -> None:
     t = parse_config(yaml.safe_dump({
         "apiVersion": "apiserver.config.k8s.io/v1", "kind": "EncryptionConfiguration",
         "resources": [{"resources": ["secrets", "*.apps"], "providers": [_keyed("aescbc")]},
@@ -88,9 +88,11 @@ def test_resources_match_by_group_and_wildcards() -> None:
     t.register("/registry/deployments/", "apps", "deployments")
     t.register("/registry/example.com/widgets/", "example.com", "widgets")
     t.register("/registry/services/specs/", "", "services")
-    assert t.for_key("/registry/secrets/a/b").to_storage(b"x", "k").startswith(b"k8s:enc:aescbc:")  # type: ignore[union-attr]
-    assert t.for_key("/registry/deployments/a/b").to_storage(b"x", "k").startswith(b"k8s:enc:aescbc:")  # type: ignore[union-attr]
-    assert t.for_key("/registry/example.com/widgets/a/b").to_storage(b"x", "k").startswith(b"k8s:enc:secretbox:")  # type: ignore[union-attr]  # noqa: E501
+    for key, prefix in (("/registry/secrets/a/b", b"k8s:enc:aescbc:"),
+                        ("/registry/deployments/a/b", b"k8s:enc:aescbc:"),
+                        ("/registry/example.com/widgets/a/b", b"k8s:enc:secretbox:")):
+        found = t.for_key(key)
+        assert found is not None and (await found.to_storage(b"x", key)).startswith(prefix)
     assert t.for_key("/registry/services/specs/a/b") is not None
     assert t.for_key("/registry/ranges/serviceips/10.0.0.1") is None
 
@@ -111,6 +113,14 @@ def test_unlisted_resources_stay_plain() -> None:
     (_config({"unknown": {}}), "provider does not contain any of the expected providers"),
     (_config({"identity": {}}, resources=["secrets", "secrets"]), 'Duplicate value: "secrets"'),
     (_config({"aescbc": {"keys": [{"name": "k", "secret": "not base64!"}]}}), "must be base64 encoded"),
+    (_config({"kms": {"apiVersion": "v1", "name": "k", "endpoint": "unix:///s"}}),
+     'kms.apiVersion: Unsupported value: "v1"'),
+    (_config({"kms": {"apiVersion": "v2", "name": "k", "endpoint": "tcp://127.0.0.1:1"}}),
+     "only unix is supported"),
+    (_config({"kms": {"apiVersion": "v2", "name": "k", "endpoint": "unix:///s", "timeout": "-1s"}}),
+     "timeout should be a positive value"),
+    (_config({"kms": {"apiVersion": "v2", "name": "k", "endpoint": "unix:///s"}},
+             {"kms": {"apiVersion": "v2", "name": "k", "endpoint": "unix:///t"}}), "duplicate kms provider name"),
 ])
 def test_bad_configs_say_what_and_where(doc: str, problem: str) -> None:
     with pytest.raises(ConfigError) as raised:
