@@ -14,6 +14,7 @@ import asyncio
 import base64
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +39,20 @@ PAYLOAD = base64.b64encode(os.urandom(700)).decode()
 def config(provider: str) -> str:
     return yaml.safe_dump({"apiVersion": "apiserver.config.k8s.io/v1", "kind": "EncryptionConfiguration",
                            "resources": [{"resources": ["secrets"], "providers": [PROVIDERS[provider]]}]})
+
+
+def start_kms_plugin(work: Path) -> subprocess.Popen[bytes]:
+    """The tests' KMS v2 plugin, for the kmsv2 case."""
+    socket = work / "kms.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "tests.kms_plugin", str(socket)],
+                            cwd=Path(__file__).resolve().parent.parent)
+    deadline = time.monotonic() + 20
+    while not socket.exists():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError("the KMS plugin did not start")
+        time.sleep(0.05)
+    PROVIDERS["kmsv2"] = {"kms": {"apiVersion": "v2", "name": "bench", "endpoint": f"unix://{socket}"}}
+    return proc
 
 
 async def creates(url: str, count: int, concurrency: int, run: str) -> tuple[float, list[float]]:
@@ -65,6 +80,7 @@ async def provider_cost(rounds: int = 20000) -> None:
     for name in PROVIDERS:
         transformers = parse_config(config(name))
         transformers.register("/registry/secrets/", "", "secrets")
+        await transformers.start()
         t = transformers.for_key("/registry/secrets/a/b")
         assert t is not None
         started = time.perf_counter()
@@ -87,6 +103,7 @@ def main() -> None:
     pki = etcd_pki(work / "pki")
     plain = start_etcd_cluster(1, work / "etcd-plain")
     tls = start_etcd_cluster(1, work / "etcd-tls", tls=pki)
+    plugin = start_kms_plugin(work)
     secure = etcd_apiserver_flags(pki)
     cases = [("plain etcd", plain[0].client_url, [], None), ("TLS etcd", tls[0].client_url, secure, None)]
     cases += [(f"TLS etcd, {p}", tls[0].client_url, secure, p) for p in PROVIDERS]
@@ -108,10 +125,12 @@ def main() -> None:
             lat.sort()
             print(f"{label:<22} {args.creates / elapsed:>10.0f} {statistics.median(lat) * 1e3:>8.1f} "
                   f"{lat[int(len(lat) * 0.99) - 1] * 1e3:>8.1f}")
+        asyncio.run(provider_cost())
     finally:
         for m in plain + tls:
             m.kill()
-    asyncio.run(provider_cost())
+        plugin.terminate()
+        plugin.wait(10)
 
 
 if __name__ == "__main__":
