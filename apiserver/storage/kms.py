@@ -4,14 +4,17 @@ The plugin is a gRPC service (`v2.KeyManagementService`: Status, Encrypt, Decryp
 reached with the apiserver's own gRPC client. At start the provider makes a random 32-byte AES-GCM DEK
 and has the plugin encrypt it; each object is then sealed locally (nonce and AES-GCM ciphertext with
 the etcd key as additional data) and stored as `k8s:enc:kms:v2:<name>:` and an `EncryptedObject`
-protobuf carrying the wrapped DEK, so reads need the plugin only for DEKs not seen before. A value
-whose key ID is not the plugin's current one is stale, so a rewrite moves it to the current key.
+protobuf carrying the wrapped DEK, so reads need the plugin only for DEKs not seen before. The
+plugin's Status is asked again once a minute (from a write, in the background); when its key ID has
+changed a new DEK is made under it. A value whose key ID is not the current one is stale, so a rewrite
+moves it to the current key.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 from collections import OrderedDict
 from urllib.parse import urlparse
@@ -28,6 +31,8 @@ SERVICE = "/v2.KeyManagementService/"
 #: EncryptedObject.encryptedDEKSourceType: the wrapped bytes are the AES-GCM key itself
 AES_GCM_KEY = 0
 _DEK_CACHE = 1000
+#: seconds between Status calls that look for a new key ID (upstream's is a minute too)
+STATUS_INTERVAL = 60.0
 
 
 class KMSError(Exception):
@@ -170,6 +175,9 @@ class KMSv2:
         self._key_id = ""
         self._annotations: dict[str, bytes] = {}
         self._deks: OrderedDict[bytes, AESGCM] = OrderedDict()
+        self.status_interval = STATUS_INTERVAL
+        self._checked = 0.0
+        self._refresh: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Check the plugin is healthy and make the DEK that seals writes from now on."""
@@ -177,6 +185,9 @@ class KMSv2:
         if healthz != "ok" or version != "v2" or not key_id:
             raise KMSError(f"KMS plugin {self.name} is not ready: version={version!r} healthz={healthz!r} "
                            f"key_id={key_id!r}")
+        self._checked = time.monotonic()
+        if key_id == self._key_id:
+            return
         dek = os.urandom(32)
         wrapped, key_id, annotations = await self.plugin.encrypt(dek)
         if not wrapped or not key_id:
@@ -191,10 +202,26 @@ class KMSv2:
         while len(self._deks) > _DEK_CACHE:
             self._deks.popitem(last=False)
 
+    def _check_key(self) -> None:
+        """Ask the plugin for its key ID in the background; writes go on with the current DEK meanwhile."""
+        if time.monotonic() - self._checked < self.status_interval or (self._refresh and not self._refresh.done()):
+            return
+
+        async def refresh() -> None:
+            try:
+                await self.start()
+            except KMSError as exc:
+                log.warning("KMS v2 status check failed; keeping the current data key", provider=self.name,
+                            error=str(exc))
+
+        self._checked = time.monotonic()
+        self._refresh = asyncio.get_running_loop().create_task(refresh())
+
     async def encrypt(self, data: bytes, context: bytes) -> bytes:
         if self._dek is None:
             await self.start()
         assert self._dek is not None
+        self._check_key()
         nonce = os.urandom(12)
         sealed = nonce + self._dek.encrypt(nonce, data, context)
         return self.prefix + encode({1: sealed, 2: self._key_id, 3: self._wrapped, 4: self._annotations,

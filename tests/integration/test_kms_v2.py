@@ -18,7 +18,7 @@ import yaml
 
 from apiserver.storage.encryption import parse_config
 from apiserver.storage.kms import decode, decode_map
-from tests.conftest import REPO, Kubectl, start_apiserver
+from tests.conftest import REPO, Kubectl, eventually, start_apiserver
 
 ETCDCTL = shutil.which("etcdctl") or "/usr/bin/etcdctl"
 PREFIX = f"/kms-{os.getpid()}"
@@ -113,6 +113,23 @@ async def test_a_new_plugin_key_makes_old_values_stale(plugin: Plugin) -> None:
         assert _envelope(await new.to_storage(b"v", KEY))[2] == [b"key-2"]
         new_set.close()
     finally:
+        plugin.start("key-1")
+
+
+async def test_a_running_provider_follows_the_plugins_new_key(plugin: Plugin) -> None:
+    t, transformer = await _transformer(plugin)
+    provider = t.kms_providers()[0]
+    provider.status_interval = 0.0  # every write looks (a minute apart otherwise)
+    try:
+        assert _envelope(await transformer.to_storage(b"v", KEY))[2] == [b"key-1"]
+        plugin.start("key-2")
+
+        async def sealed_under_key_2() -> bool:
+            return _envelope(await transformer.to_storage(b"v", KEY))[2] == [b"key-2"]
+
+        await eventually(sealed_under_key_2)
+    finally:
+        t.close()
         plugin.start("key-1")
 
 
