@@ -9,7 +9,14 @@ import sys
 from pathlib import Path
 
 from deploy import local
-from deploy.bootstrap import PkiDir, apiserver_hosts, ensure_pki, write_kubeconfig
+from deploy.bootstrap import (
+    PkiDir,
+    apiserver_hosts,
+    ensure_encryption_config,
+    ensure_etcd_pki,
+    ensure_pki,
+    write_kubeconfig,
+)
 from deploy.nodes import MAX_NODES
 from deploy.state import DEFAULT_PORT, PROXY_MODES
 from services.runtime.hostaddress import NoHostAddress, choose_host_address
@@ -79,8 +86,12 @@ def _pki(out: Path, hosts: list[str], server: str) -> str:
     except NoHostAddress:
         pass
     ensure_pki(pki_dir, apiserver_hosts([*hosts, socket.gethostname()]))
+    ensure_etcd_pki(pki_dir, ["localhost", "127.0.0.1", "::1", *hosts, socket.gethostname()])
+    ensure_encryption_config(pki_dir)
     write_kubeconfig(out / "admin.conf", server, pki_dir)
-    return f"wrote {pki_dir.root}/{{ca,apiserver,admin}}.{{crt,key}} and {out / 'admin.conf'}"
+    return (f"wrote {pki_dir.root}/{{ca,apiserver,admin,apiserver-etcd-client}}.{{crt,key}}, "
+            f"{pki_dir.root}/etcd/{{ca,server,peer,healthcheck-client}}.{{crt,key}}, "
+            f"{pki_dir.encryption_config} and {out / 'admin.conf'}")
 
 
 def run(argv: list[str] | None = None) -> int:
