@@ -43,8 +43,8 @@ class ConfigError(ValueError):
     """The encryption configuration file cannot be used; the text says what is wrong and where."""
 
 
-class DecryptError(Exception):
-    """A stored value matches no configured provider, or fails its integrity check."""
+class TransformError(Exception):
+    """A stored value matches no configured provider or fails its integrity check, or a KMS plugin failed."""
 
 
 class Provider(Protocol):
@@ -65,7 +65,7 @@ class Identity:
 
     def decrypt(self, data: bytes, context: bytes) -> bytes:
         if data.startswith(ENCRYPTED_PREFIX):
-            raise DecryptError("identity transformer tried to read encrypted data")
+            raise TransformError("identity transformer tried to read encrypted data")
         return data
 
 
@@ -83,13 +83,13 @@ class AESCBC:
     def decrypt(self, data: bytes, context: bytes) -> bytes:
         body = data[len(self.prefix):]
         if len(body) < 32 or len(body) % 16:
-            raise DecryptError("the stored data is not a multiple of the block size")
+            raise TransformError("the stored data is not a multiple of the block size")
         dec = Cipher(self._algorithm, modes.CBC(body[:16])).decryptor()
         unpadder = padding.PKCS7(128).unpadder()
         try:
             return unpadder.update(dec.update(body[16:]) + dec.finalize()) + unpadder.finalize()
         except ValueError as exc:
-            raise DecryptError("invalid PKCS7 data (empty or not padded)") from exc
+            raise TransformError("invalid PKCS7 data (empty or not padded)") from exc
 
 
 class AESGCMProvider:
@@ -109,7 +109,7 @@ class AESGCMProvider:
         try:
             return self._aead.decrypt(body[:12], body[12:], context)
         except (InvalidTag, ValueError) as exc:
-            raise DecryptError("message authentication failed") from exc
+            raise TransformError("message authentication failed") from exc
 
 
 class Secretbox:
@@ -126,7 +126,7 @@ class Secretbox:
         try:
             return self._box.decrypt(data[len(self.prefix):])
         except nacl.exceptions.CryptoError as exc:
-            raise DecryptError("output array was not large enough for encryption") from exc
+            raise TransformError("output array was not large enough for encryption") from exc
 
 
 class Transformer:
@@ -142,7 +142,7 @@ class Transformer:
             try:
                 return await writer.encrypt(data, key.encode())
             except KMSError as exc:
-                raise DecryptError(str(exc)) from exc
+                raise TransformError(str(exc)) from exc
         return writer.encrypt(data, key.encode())
 
     async def from_storage(self, data: bytes, key: str) -> tuple[bytes, bool]:
@@ -154,14 +154,14 @@ class Transformer:
                     try:
                         plain, old_key = await provider.decrypt(data, key.encode())
                     except KMSError as exc:
-                        raise DecryptError(str(exc)) from exc
+                        raise TransformError(str(exc)) from exc
                     return plain, i > 0 or old_key
                 try:
                     return provider.decrypt(data, key.encode()), i > 0
-                except DecryptError:
+                except TransformError:
                     if provider.prefix:
                         raise
-        raise DecryptError("no matching prefix found")
+        raise TransformError("no matching prefix found")
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import structlog
 from aetcd import rpc
 from prometheus_client import Histogram
 
-from apiserver.storage.encryption import DecryptError, PrefixTransformers
+from apiserver.storage.encryption import PrefixTransformers, TransformError
 from apiserver.storage.grpc_wire import Connection, GrpcError, StatusCode, client_tls
 from apiserver.storage.lease import DEFAULT_MAX_OBJECTS, DEFAULT_REUSE_SECONDS, LeaseManager
 from services.api import errors
@@ -196,7 +196,7 @@ class EtcdStore:
         if self._transform is not None and (t := self._transform.for_key(kv.key)) is not None:
             try:
                 kv.value, kv.stale = await t.from_storage(kv.value, kv.key)
-            except DecryptError as exc:
+            except TransformError as exc:
                 if not lenient:
                     raise errors.internal(f"unable to transform key \"{kv.key}\": {exc}") from exc
                 log.error("unable to decrypt a stored object", key=kv.key, error=str(exc))
@@ -207,7 +207,7 @@ class EtcdStore:
         if self._transform is not None and (t := self._transform.for_key(key)) is not None:
             try:
                 return await t.to_storage(value, key)
-            except DecryptError as exc:
+            except TransformError as exc:
                 raise errors.internal(f"unable to transform key \"{key}\": {exc}") from exc
         return value
 
@@ -280,7 +280,9 @@ class EtcdStore:
     # -- reads -----------------------------------------------------------------
     async def get(self, key: str, revision: int = 0) -> KV | None:
         resp = await self._read("get", rpc.RangeRequest(key=key.encode(), revision=revision))
-        return await self._kv(resp.kvs[0]) if resp.kvs else None
+        if not resp.kvs:
+            return None
+        return _kv(resp.kvs[0]) if self._transform is None else await self._kv(resp.kvs[0])
 
     async def list(
         self, prefix: str, revision: int = 0, limit: int = 0, start: str | None = None, lenient: bool = False
@@ -331,7 +333,8 @@ class EtcdStore:
         With `ttl` (seconds) etcd deletes the key once that time has passed.
         """
         also = also_create or {}
-        value = await self._encrypt(key, value)
+        if self._transform is not None:
+            value = await self._encrypt(key, value)
         keys = [key, *also]
         compare = [_absent(k) for k in keys]
         rest = [_put(k, v) for k, v in also.items()]
@@ -365,7 +368,8 @@ class EtcdStore:
         compare = [_at(key, revision)] + [_absent(k) for k in also]
         rest = [_put(k, v) for k, v in also.items()] + [_del(k) for k in also_delete or ()]
         failure = [_read_op(key)] + [_read_op(k) for k in also]
-        resp, sent = await self._write("update", key, await self._encrypt(key, value), ttl, compare, rest, failure)
+        stored = value if self._transform is None else await self._encrypt(key, value)
+        resp, sent = await self._write("update", key, stored, ttl, compare, rest, failure)
         if resp.succeeded:
             return int(resp.header.revision)
         kvs = resp.responses[0].response_range.kvs
@@ -505,7 +509,7 @@ class EtcdStore:
             return value
         try:
             return (await t.from_storage(value, key))[0]
-        except DecryptError as exc:
+        except TransformError as exc:
             log.error("unable to decrypt a watched object", key=key, error=str(exc))
             return b""
 
