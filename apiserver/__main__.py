@@ -22,6 +22,8 @@ from apiserver.endpoints.app import APIApp
 from apiserver.endpoints.proxy import KubeletClientConfig
 from apiserver.registry.componentstatus import DEFAULT_CONTROLLER_MANAGER_URL, DEFAULT_SCHEDULER_URL
 from apiserver.server import DEFAULT_CERT_DIR, APIServer, Options
+from apiserver.storage.encryption import ConfigError, load_config
+from apiserver.storage.grpc_wire import client_tls
 from services.runtime.durations import go_duration
 from services.runtime.hostaddress import NoHostAddress, resolve_bind_address
 
@@ -110,11 +112,38 @@ def name_list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
+def encryption_config(path: str) -> str:
+    """--encryption-provider-config, checked here so a bad file is a usage error that says what is wrong."""
+    if path:
+        try:
+            load_config(path)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return path
+
+
+def etcd_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The TLS client settings for `https://` etcd servers from --etcd-cafile/--etcd-certfile/--etcd-keyfile."""
+    if not (args.etcd_cafile or args.etcd_certfile or args.etcd_keyfile):
+        return None
+    if bool(args.etcd_certfile) != bool(args.etcd_keyfile):
+        raise SystemExit("apiserver: --etcd-certfile and --etcd-keyfile must be given together")
+    try:
+        return client_tls(args.etcd_cafile, args.etcd_certfile, args.etcd_keyfile)
+    except (OSError, ssl.SSLError) as exc:
+        raise SystemExit(f"apiserver: invalid --etcd-cafile, --etcd-certfile or --etcd-keyfile: {exc}") from None
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="apiserver", description="pyk8s API server")
     p.add_argument("--etcd-servers", default="http://127.0.0.1:2379", help="comma-separated etcd client URLs")
     p.add_argument("--etcd-prefix", default="/registry")
     p.add_argument("--etcd-compaction-interval", type=float, default=300.0, help="seconds; 0 disables")
+    p.add_argument("--etcd-cafile", default="", help="CA that signs the https:// etcd servers' certificates")
+    p.add_argument("--etcd-certfile", default="", help="client certificate the apiserver presents to etcd")
+    p.add_argument("--etcd-keyfile", default="", help="private key of --etcd-certfile")
+    p.add_argument("--encryption-provider-config", type=encryption_config, default="", metavar="FILE",
+                   help="an EncryptionConfiguration: how each resource is encrypted in etcd")
     p.add_argument("--event-ttl", type=event_ttl, default=3600, metavar="DURATION",
                    help="how long events are kept after their last write (default 1h0m0s)")
     p.add_argument("--lease-reuse-duration-seconds", type=positive_int, default=60, metavar="SECONDS",
@@ -216,6 +245,8 @@ async def serve(args: argparse.Namespace) -> None:
     options = Options(
         etcd_servers=[s.strip() for s in args.etcd_servers.split(",") if s.strip()],
         etcd_prefix=args.etcd_prefix,
+        etcd_tls=etcd_tls(args),
+        encryption_provider_config=args.encryption_provider_config,
         service_cluster_ip_range=args.service_cluster_ip_range,
         service_node_port_range=(int(low), int(high or low)),
         compaction_interval=args.etcd_compaction_interval or 10**9,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ from apiserver.registry.scheduling import SYSTEM_PRIORITY_CLASSES
 from apiserver.registry.store import RESTStore, ServerContext, WriteOptions
 from apiserver.registry.strategies import strategy_for
 from apiserver.storage.cache import WatchCache
+from apiserver.storage.encryption import load_config
 from apiserver.storage.etcd import EtcdStore
 from services.api import errors
 from services.api.catalog import Catalog
@@ -42,6 +44,10 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 class Options:
     etcd_servers: list[str] = field(default_factory=lambda: ["http://127.0.0.1:2379"])
     etcd_prefix: str = "/registry"
+    #: TLS client settings for https:// etcd servers (--etcd-cafile, --etcd-certfile, --etcd-keyfile)
+    etcd_tls: ssl.SSLContext | None = None
+    #: --encryption-provider-config: an EncryptionConfiguration file; empty stores everything in plaintext
+    encryption_provider_config: str = ""
     service_cluster_ip_range: str = "10.96.0.0/12"
     service_node_port_range: tuple[int, int] = (30000, 32767)
     compaction_interval: float = 300.0
@@ -85,8 +91,11 @@ class APIServer:
     def __init__(self, options: Options) -> None:
         self.options = options
         self.catalog = Catalog()
-        self.etcd = EtcdStore(options.etcd_servers, lease_reuse_seconds=options.lease_reuse_duration_seconds)
         root = options.etcd_prefix.rstrip("/") + "/"
+        transformers = load_config(options.encryption_provider_config, root) \
+            if options.encryption_provider_config else None
+        self.etcd = EtcdStore(options.etcd_servers, lease_reuse_seconds=options.lease_reuse_duration_seconds,
+                              tls=options.etcd_tls, transformers=transformers)
         self.cache = WatchCache(self.etcd, root)
         self.admission = chain.build(
             chain.enabled_plugins(options.enable_admission_plugins, options.disable_admission_plugins),
@@ -138,6 +147,7 @@ class APIServer:
         return KubernetesServiceController(config, self.store("", "v1", "services"), reconciler)
 
     async def start(self) -> None:
+        await self.etcd.start()
         await self.cache.start()
         self.custom_resources.start()
         self.etcd_healthy = True

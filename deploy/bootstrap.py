@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,19 @@ class PkiDir:
     def client(self, identity: ClientIdentity) -> tuple[Path, Path]:
         return self.root / f"{identity.name}.crt", self.root / f"{identity.name}.key"
 
+    def etcd(self, name: str) -> tuple[Path, Path]:
+        """etcd's own CA and certs, as kubeadm's pki/etcd: `ca`, `server`, `peer`, `healthcheck-client`."""
+        return self.root / "etcd" / f"{name}.crt", self.root / "etcd" / f"{name}.key"
+
+    @property
+    def apiserver_etcd_client(self) -> tuple[Path, Path]:
+        return self.root / "apiserver-etcd-client.crt", self.root / "apiserver-etcd-client.key"
+
+    @property
+    def encryption_config(self) -> Path:
+        """The apiserver's EncryptionConfiguration, which holds the key that encrypts Secrets in etcd."""
+        return self.root / "encryption-config.yaml"
+
 
 def _covers(cert: pki.CertKey, hosts: Sequence[str]) -> bool:
     san = cert.cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
@@ -98,6 +112,42 @@ def ensure_pki(pki_dir: PkiDir, hosts: Sequence[str]) -> None:
             pki.CertKey.load(*pki_dir.client(identity)).cert.verify_directly_issued_by(ca.cert)
         except (OSError, ValueError, TypeError):
             pki.issue_client_cert(ca, identity.user, identity.groups).write(*pki_dir.client(identity))
+
+
+def _signed_by(pair: tuple[Path, Path], ca: pki.CertKey, hosts: Sequence[str] = ()) -> bool:
+    try:
+        cert = pki.CertKey.load(*pair)
+        cert.cert.verify_directly_issued_by(ca.cert)
+        return not hosts or _covers(cert, hosts)
+    except (OSError, ValueError, TypeError, x509.ExtensionNotFound):
+        return False
+
+
+def ensure_etcd_pki(pki_dir: PkiDir, hosts: Sequence[str] = ("localhost", "127.0.0.1", "::1")) -> None:
+    """etcd's CA (apart from the cluster's: only what it signs may talk to etcd), its member certs and
+    the two clients etcd admits, the health check and the apiserver; what exists and fits is kept."""
+    ca = pki.load_or_create_ca(*pki_dir.etcd("ca"), common_name="etcd-ca")
+    for name in ("server", "peer"):
+        if not _signed_by(pki_dir.etcd(name), ca, hosts):
+            pki.issue_peer_cert(ca, hosts, common_name=f"pyk8s-etcd-{name}").write(*pki_dir.etcd(name))
+    clients = ((pki_dir.etcd("healthcheck-client"), "kube-etcd-healthcheck-client"),
+               (pki_dir.apiserver_etcd_client, "kube-apiserver-etcd-client"))
+    for pair, user in clients:
+        if not _signed_by(pair, ca):
+            pki.issue_client_cert(ca, user).write(*pair)
+
+
+def ensure_encryption_config(pki_dir: PkiDir) -> Path:
+    """An EncryptionConfiguration that encrypts Secrets with a fresh secretbox key (identity second, so
+    Secrets written before it existed still read); an existing file is kept, with its keys."""
+    path = pki_dir.encryption_config
+    if not path.exists():
+        secret = base64.b64encode(os.urandom(32)).decode()
+        config = {"apiVersion": "apiserver.config.k8s.io/v1", "kind": "EncryptionConfiguration",
+                  "resources": [{"resources": ["secrets"], "providers": [
+                      {"secretbox": {"keys": [{"name": "key1", "secret": secret}]}}, {"identity": {}}]}]}
+        pki.write_file(path, yaml.safe_dump(config, sort_keys=False).encode(), 0o600)
+    return path
 
 
 def kubeconfig(server: str, pki_dir: PkiDir, identity: ClientIdentity = ADMIN) -> dict:

@@ -9,7 +9,14 @@ import sys
 from pathlib import Path
 
 from deploy import local, tokens
-from deploy.bootstrap import PkiDir, apiserver_hosts, ensure_pki, write_kubeconfig
+from deploy.bootstrap import (
+    PkiDir,
+    apiserver_hosts,
+    ensure_encryption_config,
+    ensure_etcd_pki,
+    ensure_pki,
+    write_kubeconfig,
+)
 from deploy.nodes import MAX_NODES
 from deploy.state import DEFAULT_PORT, PROXY_MODES
 from services.client import ApiError, ConfigError
@@ -87,6 +94,12 @@ def _parser() -> argparse.ArgumentParser:
         type=_csv,
         help="use these etcd URLs instead of starting one (remembered; '' goes back to a local etcd)",
     )
+    for flag, what in (("cafile", "CA of the --etcd-servers' certs"), ("certfile", "client cert for them"),
+                       ("keyfile", "its key")):
+        up.add_argument(f"--etcd-{flag}", help=f"{what} (remembered; the local etcd's own by default)")
+    up.add_argument("--encryption-provider-config", metavar="FILE",
+                    help="the apiserver's EncryptionConfiguration (remembered; default: one in the PKI that "
+                         "encrypts Secrets with a key of its own); replicas on one etcd need the same one")
     up.add_argument("--port", type=int, help=f"apiserver secure port (default {DEFAULT_PORT}, then remembered)")
     count = up.add_mutually_exclusive_group()
     count.add_argument("--nodes", type=int,
@@ -124,8 +137,12 @@ def _pki(out: Path, hosts: list[str], server: str) -> str:
     except NoHostAddress:
         pass
     ensure_pki(pki_dir, apiserver_hosts([*hosts, socket.gethostname()]))
+    ensure_etcd_pki(pki_dir, ["localhost", "127.0.0.1", "::1", *hosts, socket.gethostname()])
+    ensure_encryption_config(pki_dir)
     write_kubeconfig(out / "admin.conf", server, pki_dir)
-    return f"wrote {pki_dir.root}/{{ca,apiserver,admin}}.{{crt,key}}, sa.{{key,pub}} and {out / 'admin.conf'}"
+    return (f"wrote {pki_dir.root}/{{ca,apiserver,admin,apiserver-etcd-client}}.{{crt,key}}, sa.{{key,pub}}, "
+            f"{pki_dir.root}/etcd/{{ca,server,peer,healthcheck-client}}.{{crt,key}}, "
+            f"{pki_dir.encryption_config} and {out / 'admin.conf'}")
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -133,7 +150,10 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "up":
         try:
             request = local.Request(port=args.port, etcd_servers=args.etcd_servers, nodes=args.nodes,
-                                    hollow_nodes=args.hollow_nodes, proxy_mode=args.proxy_mode)
+                                    hollow_nodes=args.hollow_nodes, proxy_mode=args.proxy_mode,
+                                    etcd_cafile=args.etcd_cafile, etcd_certfile=args.etcd_certfile,
+                                    etcd_keyfile=args.etcd_keyfile,
+                                    encryption_provider_config=args.encryption_provider_config)
             print(asyncio.run(local.up(args.state_dir, request)))
         except local.UpError as error:
             print(f"pyk8s up failed: {error}", file=sys.stderr)

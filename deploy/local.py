@@ -18,7 +18,14 @@ from pathlib import Path
 import httpx
 
 from deploy import nodes
-from deploy.bootstrap import ADMIN, apiserver_hosts, ensure_pki, write_kubeconfig
+from deploy.bootstrap import (
+    ADMIN,
+    apiserver_hosts,
+    ensure_encryption_config,
+    ensure_etcd_pki,
+    ensure_pki,
+    write_kubeconfig,
+)
 from deploy.clusterinfo import ensure_cluster_info
 from deploy.nodes import NetworkError, NodeNet
 from deploy.processes import HOLLOW_PREFIX, ProcessSpec, advertise_address, child_env, specs
@@ -107,8 +114,9 @@ def _tls_context(state: State) -> ssl.SSLContext:
     return ctx
 
 
-async def probe(http: httpx.AsyncClient, url: str) -> bool:
-    """200 from an http(s) health URL, or an accepted connection on a unix:// socket."""
+async def probe(http: httpx.AsyncClient, url: str, tls: ssl.SSLContext | None = None) -> bool:
+    """200 from an http(s) health URL (through a client of its own with `tls`), or an accepted connection
+    on a unix:// socket."""
     if url.startswith("unix://"):
         try:
             _, writer = await asyncio.wait_for(asyncio.open_unix_connection(url.removeprefix("unix://")), 2.0)
@@ -117,10 +125,25 @@ async def probe(http: httpx.AsyncClient, url: str) -> bool:
         writer.close()
         return True
     try:
-        response = await http.get(url, timeout=2.0)
+        if tls is None:
+            response = await http.get(url, timeout=2.0)
+        else:
+            async with httpx.AsyncClient(verify=tls) as own:
+                response = await own.get(url, timeout=2.0)
     except httpx.HTTPError:
         return False
     return response.status_code == 200
+
+
+def _health_tls(state: State, spec: ProcessSpec) -> ssl.SSLContext | None:
+    """The spec's own TLS settings for its health check; a default context, which fails the check, when
+    its certs are missing (a state dir whose PKI is gone)."""
+    if spec.health_tls is None:
+        return None
+    try:
+        return spec.health_tls(state)
+    except OSError:
+        return ssl.create_default_context()
 
 
 @dataclass(frozen=True)
@@ -132,6 +155,11 @@ class Request:
     nodes: int | None = None
     hollow_nodes: int | None = None
     proxy_mode: str | None = None
+    #: files for --etcd-servers' TLS and the apiserver's EncryptionConfiguration; "" forgets one
+    etcd_cafile: str | None = None
+    etcd_certfile: str | None = None
+    etcd_keyfile: str | None = None
+    encryption_provider_config: str | None = None
 
 
 def _apply(state: State, request: Request) -> None:
@@ -140,6 +168,10 @@ def _apply(state: State, request: Request) -> None:
         s.port = request.port
     if request.etcd_servers is not None:
         s.etcd_servers = request.etcd_servers
+    for name in ("etcd_cafile", "etcd_certfile", "etcd_keyfile", "encryption_provider_config"):
+        given = getattr(request, name)
+        if given is not None:
+            setattr(s, name, str(_existing_file(Path(given))) if given else "")
     if request.nodes is not None:
         if not 0 <= request.nodes <= nodes.MAX_NODES:
             raise UpError(f"--nodes must be between 0 and {nodes.MAX_NODES}")
@@ -241,9 +273,9 @@ def launch(state: State, spec: ProcessSpec) -> subprocess.Popen[bytes]:
 async def _wait_ready(
     state: State, spec: ProcessSpec, http: httpx.AsyncClient, proc: subprocess.Popen[bytes] | None
 ) -> None:
-    url = spec.health(state)
+    url, tls = spec.health(state), _health_tls(state, spec)
     deadline = time.monotonic() + spec.ready_timeout
-    while not await probe(http, url):
+    while not await probe(http, url, tls):
         if proc is not None and proc.poll() is not None:
             state.pid_file(spec.name).unlink(missing_ok=True)
             raise UpError(
@@ -334,6 +366,9 @@ async def up(state_dir: Path, request: Request | None = None) -> str:
     _assign_ports(state)
     state.save()
     ensure_pki(state.pki, apiserver_hosts([advertise_address(state)]))
+    ensure_etcd_pki(state.pki)
+    if not state.settings.encryption_provider_config:
+        ensure_encryption_config(state.pki)
     write_kubeconfig(state.kubeconfig, state.server, state.pki)
 
     wanted = enabled_specs(state)
@@ -460,7 +495,7 @@ async def status(state_dir: Path) -> list[ProcessStatus]:
 
         async def one(spec: ProcessSpec) -> ProcessStatus:
             pid = running_pid(state, spec.name)
-            ready = pid is not None and await probe(http, spec.health(state))
+            ready = pid is not None and await probe(http, spec.health(state), _health_tls(state, spec))
             return ProcessStatus(spec, pid, pid is not None, ready, restarts(state, spec.name))
 
         return list(await asyncio.gather(*(one(spec) for spec in wanted)))

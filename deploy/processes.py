@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ class ProcessSpec:
     after_stop: StopHook | None = None
     #: The real node this process belongs to ("" for cluster-wide ones).
     node: str = ""
+    #: TLS settings of the health check when they are not the cluster CA's and the admin cert's.
+    health_tls: Callable[[State], ssl.SSLContext] | None = None
 
 
 def etcd_binary() -> str:
@@ -68,9 +71,14 @@ def etcd_binary() -> str:
 
 
 def _etcd_argv(state: State) -> list[str]:
-    """A single member; a restarted member waits one election timeout before it serves, so it is short."""
-    client = f"http://127.0.0.1:{state.settings.etcd_client_port}"
-    peer = f"http://127.0.0.1:{state.settings.etcd_peer_port}"
+    """A single member; a restarted member waits one election timeout before it serves, so it is short.
+
+    Clients and peers speak TLS and must show a cert of etcd's own CA, as on kubeadm."""
+    client = f"https://127.0.0.1:{state.settings.etcd_client_port}"
+    peer = f"https://127.0.0.1:{state.settings.etcd_peer_port}"
+    ca = state.pki.etcd("ca")[0]
+    server_cert, server_key = state.pki.etcd("server")
+    peer_cert, peer_key = state.pki.etcd("peer")
     return [
         etcd_binary(),
         "--name=pyk8s",
@@ -83,7 +91,32 @@ def _etcd_argv(state: State) -> list[str]:
         "--heartbeat-interval=100",
         "--election-timeout=500",
         "--logger=zap",
+        f"--cert-file={server_cert}",
+        f"--key-file={server_key}",
+        "--client-cert-auth",
+        f"--trusted-ca-file={ca}",
+        f"--peer-cert-file={peer_cert}",
+        f"--peer-key-file={peer_key}",
+        "--peer-client-cert-auth",
+        f"--peer-trusted-ca-file={ca}",
     ]
+
+
+def _etcd_health_tls(state: State) -> ssl.SSLContext:
+    """How the health check reaches etcd: etcd's CA, and the healthcheck-client cert it admits."""
+    ctx = ssl.create_default_context(cafile=state.pki.etcd("ca")[0])
+    ctx.load_cert_chain(*state.pki.etcd("healthcheck-client"))
+    return ctx
+
+
+def _apiserver_etcd_flags(state: State) -> list[str]:
+    """The apiserver's client cert for the etcd `up` runs, or the files given for --etcd-servers."""
+    s = state.settings
+    if state.external_etcd:
+        given = (("cafile", s.etcd_cafile), ("certfile", s.etcd_certfile), ("keyfile", s.etcd_keyfile))
+        return [f"--etcd-{flag}={path}" for flag, path in given if path]
+    cert, key = state.pki.apiserver_etcd_client
+    return [f"--etcd-cafile={state.pki.etcd('ca')[0]}", f"--etcd-certfile={cert}", f"--etcd-keyfile={key}"]
 
 
 def _python(module: str) -> list[str]:
@@ -105,6 +138,8 @@ def _apiserver_argv(state: State) -> list[str]:
     return [
         *_python("apiserver"),
         f"--etcd-servers={','.join(state.etcd_servers)}",
+        *_apiserver_etcd_flags(state),
+        f"--encryption-provider-config={state.settings.encryption_provider_config or state.pki.encryption_config}",
         f"--secure-port={state.settings.port}",
         # Nodes reach it on the bridge and kubeconfigs on loopback, so with nodes it listens everywhere.
         f"--bind-address={'0.0.0.0' if state.settings.nodes else '127.0.0.1'}",
@@ -189,6 +224,7 @@ CONTROL_PLANE: tuple[ProcessSpec, ...] = (
         name="etcd",
         argv=_etcd_argv,
         health=lambda state: f"{state.etcd_servers[0]}/health",
+        health_tls=_etcd_health_tls,
         enabled=lambda state: not state.external_etcd,
         listens=lambda state: (state.settings.etcd_client_port, state.settings.etcd_peer_port),
     ),

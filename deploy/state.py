@@ -23,6 +23,12 @@ class Settings:
     etcd_servers: list[str] = field(default_factory=list)
     etcd_client_port: int = 0
     etcd_peer_port: int = 0
+    #: TLS of --etcd-servers (files given to `up`); empty: the local etcd's own PKI
+    etcd_cafile: str = ""
+    etcd_certfile: str = ""
+    etcd_keyfile: str = ""
+    #: an EncryptionConfiguration given to `up`; empty: the one `up` keeps in the PKI
+    encryption_provider_config: str = ""
     #: Health/metrics ports of the components that serve one, picked once like etcd's.
     component_ports: dict[str, int] = field(default_factory=dict)
     #: Real nodes (a netns, containerd, kubelet and kube-proxy each) and simulated ones.
@@ -87,7 +93,7 @@ class State:
 
     @property
     def etcd_servers(self) -> list[str]:
-        return self.settings.etcd_servers or [f"http://127.0.0.1:{self.settings.etcd_client_port}"]
+        return self.settings.etcd_servers or [f"https://127.0.0.1:{self.settings.etcd_client_port}"]
 
     @property
     def server(self) -> str:

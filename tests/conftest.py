@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -21,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from deploy.bootstrap import PkiDir, ensure_etcd_pki
 from services.client.errors import NotFound
 from services.runtime.pki import load_or_create_service_account_key
 
@@ -71,15 +73,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def etcd_pki(directory: Path) -> PkiDir:
+    """etcd's CA, member certs and client certs laid out as `pyk8s up` makes them (kubeadm's pki/etcd)."""
+    pki = PkiDir(directory)
+    ensure_etcd_pki(pki)
+    return pki
+
+
+def etcd_client_tls(pki: PkiDir, client: tuple[Path, Path] | None = None) -> ssl.SSLContext:
+    """Trust etcd's CA and show a client cert it admits (the health check's unless told otherwise)."""
+    ctx = ssl.create_default_context(cafile=pki.etcd("ca")[0])
+    ctx.load_cert_chain(*(client or pki.etcd("healthcheck-client")))
+    return ctx
+
+
+def etcd_apiserver_flags(pki: PkiDir) -> list[str]:
+    cert, key = pki.apiserver_etcd_client
+    return [f"--etcd-cafile={pki.etcd('ca')[0]}", f"--etcd-certfile={cert}", f"--etcd-keyfile={key}"]
+
+
 @dataclass
 class Etcd:
-    """One etcd member started for tests."""
+    """One etcd member started for tests; with `tls` its clients and peers must show certs of its CA."""
 
     name: str
     client_url: str
     peer_url: str
     data_dir: Path
     proc: subprocess.Popen[bytes] | None = None
+    tls: PkiDir | None = None
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -87,22 +109,32 @@ class Etcd:
             self.proc.wait(10)
 
 
-def start_etcd_cluster(size: int, workdir: Path) -> list[Etcd]:
-    """Start `size` etcd members on loopback and wait until the cluster answers."""
+def start_etcd_cluster(size: int, workdir: Path, tls: PkiDir | None = None) -> list[Etcd]:
+    """Start `size` etcd members on loopback and wait until the cluster answers; with `tls`, client and
+    peer traffic is TLS with client certificates required (kubeadm's etcd flags)."""
     members = []
+    scheme = "https" if tls is not None else "http"
     for i in range(size):
-        members.append(Etcd(f"m{i}", f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}",
-                            workdir / f"etcd-{i}"))
+        members.append(Etcd(f"m{i}", f"{scheme}://127.0.0.1:{free_port()}", f"{scheme}://127.0.0.1:{free_port()}",
+                            workdir / f"etcd-{i}", tls=tls))
     initial = ",".join(f"{m.name}={m.peer_url}" for m in members)
     for m in members:
         start_member(m, initial, "new")
     try:
-        wait_etcd(members[0].client_url)
+        wait_etcd(members[0].client_url, tls=etcd_client_tls(tls) if tls is not None else None)
     except RuntimeError:
         for m in members:
             m.kill()
         raise
     return members
+
+
+def _etcd_tls_flags(pki: PkiDir) -> list[str]:
+    ca = str(pki.etcd("ca")[0])
+    (server_cert, server_key), (peer_cert, peer_key) = pki.etcd("server"), pki.etcd("peer")
+    return ["--cert-file", str(server_cert), "--key-file", str(server_key), "--client-cert-auth",
+            "--trusted-ca-file", ca, "--peer-cert-file", str(peer_cert), "--peer-key-file", str(peer_key),
+            "--peer-client-cert-auth", "--peer-trusted-ca-file", ca]
 
 
 def start_member(m: Etcd, initial: str, state: str) -> None:
@@ -114,16 +146,16 @@ def start_member(m: Etcd, initial: str, state: str) -> None:
          "--listen-peer-urls", m.peer_url, "--initial-advertise-peer-urls", m.peer_url,
          "--initial-cluster", initial, "--initial-cluster-state", state,
          "--initial-cluster-token", "pyk8s-test", "--heartbeat-interval", "50", "--election-timeout", "500",
-         "--quota-backend-bytes", str(4 * 1024**3)],
+         "--quota-backend-bytes", str(4 * 1024**3), *(_etcd_tls_flags(m.tls) if m.tls is not None else ())],
         stdout=log, stderr=log, env={**os.environ, "ETCD_UNSUPPORTED_ARCH": "arm64"},
     )
 
 
-def wait_etcd(url: str, timeout: float = 20) -> None:
+def wait_etcd(url: str, timeout: float = 20, tls: ssl.SSLContext | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            r = httpx.get(f"{url}/health", timeout=1)
+            r = httpx.get(f"{url}/health", timeout=1, verify=tls if tls is not None else True)
             if r.status_code == 200 and r.json().get("health") == "true":
                 return
         except (httpx.HTTPError, ValueError):

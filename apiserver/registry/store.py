@@ -162,6 +162,7 @@ class RESTStore:
         self.ctx = ctx
         self.prefix = f"{ctx.root}{res.etcd_prefix}/"
         self.cache: ResourceCache = ctx.cache.register(self.prefix)
+        ctx.etcd.encrypts(self.prefix, res.group, res.plural)
         self._converts = conversion.needs_conversion(res)
         self.admission = ctx.admission.for_resource(res) if ctx.admission is not None else None
         # Seconds each write keeps the object in etcd (upstream's TTLFunc); 0 for resources that never expire.
@@ -514,7 +515,7 @@ class RESTStore:
                 old_view = old
             if self.admission is not None:
                 await self.admission.admit("UPDATE", new, old_view, subresource, opts.dry_run)
-            result = await self._prepare_update(new, old_view, subresource, opts)
+            result = await self._prepare_update(new, old_view, subresource, opts, stale=kv.stale)
             if result is None:
                 return self.out(old), False
             new, allocation_old = result
@@ -545,9 +546,10 @@ class RESTStore:
         return bool(m.get("deletionTimestamp")) and not m.get("finalizers") and not self.strategy.deletion_blocked(obj)
 
     async def _prepare_update(
-        self, new: Obj, old: Obj, subresource: str, opts: WriteOptions
+        self, new: Obj, old: Obj, subresource: str, opts: WriteOptions, stale: bool = False
     ) -> tuple[Obj, Obj] | None:
-        """Apply the strategy to an update; None when nothing would change."""
+        """Apply the strategy to an update; None when nothing would change, unless the stored bytes are
+        `stale` (encrypted with a key that no longer writes), which an unchanged update rewrites."""
         name = old["metadata"].get("name", "")
         m, om = new["metadata"], old["metadata"]
         for f in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "namespace"):
@@ -599,7 +601,7 @@ class RESTStore:
                 )]
         if causes:
             raise self._invalid(name, causes)
-        if new == old:
+        if new == old and not stale:
             return None
         return new, old
 

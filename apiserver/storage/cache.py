@@ -235,7 +235,7 @@ class WatchCache:
         out: list[Any] = []
         start: str | None = None
         while True:
-            kvs, _, more = await self.store.list(prefix, revision=revision, limit=2000, start=start)
+            kvs, _, more = await self.store.list(prefix, revision=revision, limit=2000, start=start, lenient=True)
             out.extend(kvs)
             if not more or not kvs:
                 return out

@@ -11,6 +11,7 @@ expires, and the watch reports that like any other delete.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ import structlog
 from aetcd import rpc
 from prometheus_client import Histogram
 
-from apiserver.storage.grpc_wire import Connection, GrpcError, StatusCode
+from apiserver.storage.encryption import PrefixTransformers, TransformError
+from apiserver.storage.grpc_wire import Connection, GrpcError, StatusCode, client_tls
 from apiserver.storage.lease import DEFAULT_MAX_OBJECTS, DEFAULT_REUSE_SECONDS, LeaseManager
 from services.api import errors
 
@@ -101,6 +103,8 @@ class KV:
     value: bytes
     mod_revision: int
     create_revision: int
+    #: decrypted with a provider that no longer writes: an update should rewrite it even if unchanged
+    stale: bool = False
 
 
 @dataclass(slots=True)
@@ -158,10 +162,16 @@ class EtcdStore:
         endpoints: list[str],
         lease_reuse_seconds: int = DEFAULT_REUSE_SECONDS,
         lease_max_objects: int = DEFAULT_MAX_OBJECTS,
+        tls: ssl.SSLContext | None = None,
+        transformers: PrefixTransformers | None = None,
     ) -> None:
+        """`tls` is used for the `https://` endpoints (the system's CAs and no client cert when None);
+        `transformers` encrypt and decrypt the values of the resources they are configured for."""
         if not endpoints:
             raise ValueError("at least one etcd endpoint is required")
         self._endpoints = [self._host_port(e) for e in endpoints]
+        self._tls = [(tls or client_tls()) if e.startswith("https://") else None for e in endpoints]
+        self._transform = transformers
         self._index = 0
         self._client: Connection | None = None
         self._lock = asyncio.Lock()
@@ -173,6 +183,33 @@ class EtcdStore:
     def _host_port(url: str) -> tuple[str, int]:
         parsed = urlparse(url if "://" in url else f"http://{url}")
         return parsed.hostname or "127.0.0.1", parsed.port or 2379
+
+    def encrypts(self, prefix: str, group: str, resource: str) -> None:
+        """Tell the encryption configuration which resource the keys under `prefix` hold."""
+        if self._transform is not None:
+            self._transform.register(prefix, group, resource)
+
+    async def _kv(self, raw: Any, lenient: bool = False) -> KV:
+        """A read key-value in plaintext. One that does not decrypt is a 500, or with `lenient` comes back
+        empty, which the watch cache logs and skips like any object it cannot decode."""
+        kv = _kv(raw)
+        if self._transform is not None and (t := self._transform.for_key(kv.key)) is not None:
+            try:
+                kv.value, kv.stale = await t.from_storage(kv.value, kv.key)
+            except TransformError as exc:
+                if not lenient:
+                    raise errors.internal(f"unable to transform key \"{kv.key}\": {exc}") from exc
+                log.error("unable to decrypt a stored object", key=kv.key, error=str(exc))
+                kv.value = b""
+        return kv
+
+    async def _encrypt(self, key: str, value: bytes) -> bytes:
+        if self._transform is not None and (t := self._transform.for_key(key)) is not None:
+            try:
+                return await t.to_storage(value, key)
+            except TransformError as exc:
+                raise errors.internal(f"unable to transform key \"{key}\": {exc}") from exc
+        return value
 
     @property
     def endpoint(self) -> str:
@@ -187,13 +224,13 @@ class EtcdStore:
             old = self._client
             if old is None or not old.usable:
                 host, port = self._endpoints[self._index]
-                self._client = await Connection.open(host, port, _CALL_TIMEOUT)
+                self._client = await Connection.open(host, port, _CALL_TIMEOUT, self._tls[self._index])
                 if old is not None:
                     # Told to go away, or out of stream ids: what is still running on it may finish.
                     asyncio.get_running_loop().call_later(_CLOSE_GRACE, old.close)
             return self._client
 
-    async def _failover(self, generation: int) -> None:
+    async def _failover(self, generation: int, error: str = "") -> None:
         """Drop the current connection and move to the next endpoint (once per failure)."""
         async with self._lock:
             if generation != self._generation:
@@ -201,7 +238,7 @@ class EtcdStore:
             self._generation += 1
             old, self._client = self._client, None
             self._index = (self._index + 1) % len(self._endpoints)
-            log.warning("etcd endpoint failed, moving on", next=self.endpoint)
+            log.warning("etcd endpoint failed, moving on", next=self.endpoint, error=error)
         if old is not None:
             # Calls still in flight on the old channel fail over by themselves; closing it at once
             # would cancel them instead, so close it once they have had time to finish.
@@ -237,24 +274,29 @@ class EtcdStore:
                 exc_text = str(exc)
             if time.monotonic() - start > deadline:
                 raise Unavailable(f"etcd unavailable: {exc_text}")
-            await self._failover(generation)
+            await self._failover(generation, exc_text)
             await asyncio.sleep(min(0.05 * attempt, 0.5))
 
     # -- reads -----------------------------------------------------------------
     async def get(self, key: str, revision: int = 0) -> KV | None:
         resp = await self._read("get", rpc.RangeRequest(key=key.encode(), revision=revision))
-        return _kv(resp.kvs[0]) if resp.kvs else None
+        if not resp.kvs:
+            return None
+        return _kv(resp.kvs[0]) if self._transform is None else await self._kv(resp.kvs[0])
 
     async def list(
-        self, prefix: str, revision: int = 0, limit: int = 0, start: str | None = None
+        self, prefix: str, revision: int = 0, limit: int = 0, start: str | None = None, lenient: bool = False
     ) -> tuple[list[KV], int, bool]:
-        """Keys under `prefix` (from `start` on), at `revision` (0 = now): (kvs, revision, more)."""
+        """Keys under `prefix` (from `start` on), at `revision` (0 = now): (kvs, revision, more); `lenient`
+        as for `_kv`."""
         begin = (start or prefix).encode()
         end = _range_end(prefix.encode())
 
         resp = await self._read("list", rpc.RangeRequest(key=begin, range_end=end, revision=revision, limit=limit),
                                 _CALL_TIMEOUT * 4)
-        return [_kv(kv) for kv in resp.kvs], resp.header.revision, bool(resp.more)
+        if self._transform is None:
+            return [_kv(kv) for kv in resp.kvs], resp.header.revision, bool(resp.more)
+        return [await self._kv(kv, lenient) for kv in resp.kvs], resp.header.revision, bool(resp.more)
 
     async def count(self, prefix: str, start: str | None = None, revision: int = 0) -> tuple[int, int]:
         """(number of keys under prefix from `start` on, at `revision`; the response's revision)."""
@@ -291,6 +333,8 @@ class EtcdStore:
         With `ttl` (seconds) etcd deletes the key once that time has passed.
         """
         also = also_create or {}
+        if self._transform is not None:
+            value = await self._encrypt(key, value)
         keys = [key, *also]
         compare = [_absent(k) for k in keys]
         rest = [_put(k, v) for k, v in also.items()]
@@ -324,11 +368,12 @@ class EtcdStore:
         compare = [_at(key, revision)] + [_absent(k) for k in also]
         rest = [_put(k, v) for k, v in also.items()] + [_del(k) for k in also_delete or ()]
         failure = [_read_op(key)] + [_read_op(k) for k in also]
-        resp, sent = await self._write("update", key, value, ttl, compare, rest, failure)
+        stored = value if self._transform is None else await self._encrypt(key, value)
+        resp, sent = await self._write("update", key, stored, ttl, compare, rest, failure)
         if resp.succeeded:
             return int(resp.header.revision)
         kvs = resp.responses[0].response_range.kvs
-        current = _kv(kvs[0]) if kvs else None
+        current = await self._kv(kvs[0]) if kvs else None
         if current is not None and current.mod_revision == revision:
             for k, r in zip(also, resp.responses[1:], strict=True):
                 if r.response_range.kvs:
@@ -351,7 +396,7 @@ class EtcdStore:
         if not kvs and sent > 1:
             # Our own earlier attempt deleted it before its connection broke.
             return int(resp.header.revision)
-        raise RevisionMismatch(_kv(kvs[0]) if kvs else None)
+        raise RevisionMismatch(await self._kv(kvs[0]) if kvs else None)
 
     async def put_raw(self, key: str, value: bytes) -> int:
         """Unconditional put, for bookkeeping keys only (never API objects)."""
@@ -440,7 +485,10 @@ class EtcdStore:
                             raise WatchCanceled(resp.cancel_reason or "watch canceled by etcd")
                         for ev in resp.events:
                             kv = ev.kv
-                            yield WatchEvent(kv.key.decode(), kv.value, kv.mod_revision, ev.type == _DELETE)
+                            key, value = kv.key.decode(), kv.value
+                            if value and self._transform is not None:
+                                value = await self._decrypt_event(key, value)
+                            yield WatchEvent(key, value, kv.mod_revision, ev.type == _DELETE)
                             next_revision = kv.mod_revision + 1
                 finally:
                     call.cancel()
@@ -453,7 +501,26 @@ class EtcdStore:
                 await self._failover(generation)
                 await asyncio.sleep(min(0.05 * failures, 1.0))
 
+    async def _decrypt_event(self, key: str, value: bytes) -> bytes:
+        """A watched value in plaintext; one that does not decrypt is passed on empty, which the watch
+        cache logs and skips, as it does any object it cannot decode."""
+        t = self._transform.for_key(key) if self._transform is not None else None
+        if t is None:
+            return value
+        try:
+            return (await t.from_storage(value, key))[0]
+        except TransformError as exc:
+            log.error("unable to decrypt a watched object", key=key, error=str(exc))
+            return b""
+
+    async def start(self) -> None:
+        """Ready what encryption needs before the first read (KMS plugins' data keys)."""
+        if self._transform is not None:
+            await self._transform.start()
+
     async def close(self) -> None:
+        if self._transform is not None:
+            self._transform.close()
         if self._client is not None:
             self._client.close()
             self._client = None

@@ -140,14 +140,16 @@ def split_hosts(hosts: Iterable[str]) -> list[x509.GeneralName]:
 
 
 def _issue(
-    ca: CertKey, subject: x509.Name, usage: x509.ObjectIdentifier, sans: list[x509.GeneralName], days: int
+    ca: CertKey, subject: x509.Name, usage: x509.ObjectIdentifier | Sequence[x509.ObjectIdentifier],
+    sans: list[x509.GeneralName], days: int,
 ) -> CertKey:
+    usages = [usage] if isinstance(usage, x509.ObjectIdentifier) else list(usage)
     key = _new_key()
     builder = (
         _builder(subject, ca.cert.subject, key, days)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(cert_sign=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
     )
     if sans:
@@ -163,6 +165,12 @@ def issue_serving_cert(
         raise ValueError("a serving certificate needs at least one host")
     subject = _name(common_name or hosts[0])
     return _issue(ca, subject, ExtendedKeyUsageOID.SERVER_AUTH, split_hosts(hosts), days)
+
+
+def issue_peer_cert(ca: CertKey, hosts: Sequence[str], common_name: str, days: int = LEAF_DAYS) -> CertKey:
+    """A cert for both ends of TLS, as etcd's members use theirs: serving clients and dialling peers."""
+    return _issue(ca, _name(common_name), (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH),
+                  split_hosts(hosts), days)
 
 
 def issue_client_cert(ca: CertKey, common_name: str, groups: Sequence[str] = (), days: int = LEAF_DAYS) -> CertKey:

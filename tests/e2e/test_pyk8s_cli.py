@@ -1,6 +1,7 @@
 """The `pyk8s` command end to end: real etcd, real apiserver, real kubectl, data surviving down + up."""
 
 import asyncio
+import base64
 import os
 import shutil
 import socket
@@ -83,6 +84,34 @@ async def up(state_dir: Path, *extra: str) -> tuple[float, str]:
     return elapsed, out
 
 
+async def etcdctl(state_dir: Path, *argv: str, client: str | None = "apiserver-etcd-client") -> tuple[int, str, str]:
+    """etcdctl against the cluster's etcd, over TLS, with one of the client certs of etcd's CA."""
+    settings = orjson.loads((state_dir / "cluster.json").read_bytes())
+    pki = state_dir / "pki"
+    tls = [f"--cacert={pki / 'etcd' / 'ca.crt'}"]
+    if client is not None:
+        tls += [f"--cert={pki / f'{client}.crt'}", f"--key={pki / f'{client}.key'}"]
+    return await run(shutil.which("etcdctl") or "etcdctl", f"--endpoints=https://127.0.0.1:{settings['etcd_client_port']}",
+                     "--command-timeout=3s", *tls, *argv)
+
+
+async def check_etcd_tls_and_encryption(state_dir: Path) -> None:
+    """etcd speaks TLS and wants a cert of its own CA; Secrets are stored encrypted, ConfigMaps are not."""
+    async def stored(key: str) -> bytes:
+        code, out, err = await etcdctl(state_dir, "get", key, "--write-out=json")
+        assert code == 0, err
+        return base64.b64decode(orjson.loads(out)["kvs"][0]["value"])
+
+    secret = await stored("/registry/secrets/default/pyk8s-e2e")
+    assert secret.startswith(b"k8s:enc:secretbox:v1:key1:") and b"aHVudGVyMg" not in secret
+    assert (await stored("/registry/configmaps/default/pyk8s-e2e")).startswith(b"{")
+    code, _, err = await etcdctl(state_dir, "get", "/registry/secrets/default/pyk8s-e2e", client=None)
+    assert code != 0, "etcd answered a client without a certificate"
+    password = await kubectl(state_dir, "get", "secret", "pyk8s-e2e", "-o", "jsonpath={.data.password}")
+    assert password == "aHVudGVyMg=="  # base64 of hunter2
+    assert stat.S_IMODE((state_dir / "pki" / "encryption-config.yaml").stat().st_mode) == 0o600
+
+
 async def test_up_kubectl_down_up_keeps_data(state_dir: Path, record_property: Callable[[str, object], None]) -> None:
     port = free_port()
     elapsed, out = await up(state_dir, "--port", str(port))
@@ -97,6 +126,8 @@ async def test_up_kubectl_down_up_keeps_data(state_dir: Path, record_property: C
     names = (await kubectl(state_dir, "get", "ns", "-o", "name")).split()
     assert {n.removeprefix("namespace/") for n in names} >= REQUIRED_NAMESPACES
     await kubectl(state_dir, "create", "configmap", "pyk8s-e2e", "--from-literal=answer=42", "-n", "default")
+    await kubectl(state_dir, "create", "secret", "generic", "pyk8s-e2e", "--from-literal=password=hunter2")
+    await check_etcd_tls_and_encryption(state_dir)
 
     _, again = await up(state_dir)
     assert "already up" in again
@@ -163,13 +194,20 @@ async def test_second_apiserver_on_external_etcd_sees_the_same_data(state_dir: P
     """`--etcd-servers` skips the local etcd: a second apiserver replica shares the first one's store."""
     await up(state_dir, "--port", str(free_port()))
     await kubectl(state_dir, "create", "configmap", "shared", "--from-literal=from=first", "-n", "default")
+    await kubectl(state_dir, "create", "secret", "generic", "shared", "--from-literal=from=Zmlyc3Q=", "-n", "default")
     settings = orjson.loads((state_dir / "cluster.json").read_bytes())
-    etcd_url = f"http://127.0.0.1:{settings['etcd_client_port']}"
+    etcd_url = f"https://127.0.0.1:{settings['etcd_client_port']}"
+    pki = state_dir / "pki"
 
-    await up(second_state_dir, "--port", str(free_port()), "--etcd-servers", etcd_url)
+    await up(second_state_dir, "--port", str(free_port()), "--etcd-servers", etcd_url,
+             f"--etcd-cafile={pki / 'etcd' / 'ca.crt'}", f"--etcd-certfile={pki / 'apiserver-etcd-client.crt'}",
+             f"--etcd-keyfile={pki / 'apiserver-etcd-client.key'}",
+             f"--encryption-provider-config={pki / 'encryption-config.yaml'}")
     code, status_out, _ = await pyk8s("status", "--state-dir", str(second_state_dir))
     listed = [line.split()[0] for line in status_out.splitlines()[1:]]
     assert code == 0 and listed == [name for name in process_names(state_dir) if name != "etcd"]
     assert not (second_state_dir / "etcd").exists()
     got = await kubectl(second_state_dir, "get", "configmap", "shared", "-n", "default", "-o", "jsonpath={.data.from}")
     assert got == "first"
+    got = await kubectl(second_state_dir, "get", "secret", "shared", "-n", "default", "-o", "jsonpath={.data.from}")
+    assert got == "Wm1seWMzUT0="  # written encrypted by the first replica, read with the same config
