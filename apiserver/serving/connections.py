@@ -49,8 +49,6 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
-            if self._header_deadline is None and (self.cycle is None or self.cycle.response_complete):
-                self._await_header()
             if self._header_deadline is not None:
                 self._header_bytes += len(data)
                 if self._header_bytes > limits.max_header_bytes + _HEADER_SLACK:
@@ -60,13 +58,17 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
                     return
             super().data_received(data)
 
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._await_header()
+
         def on_headers_complete(self) -> None:
             self._header_received()
             super().on_headers_complete()
 
         def _await_header(self) -> None:
-            """Start the clock for the next request's header (a connection idle after a response has
-            uvicorn's keep-alive timer instead, until its first byte)."""
+            """Start the clock for a request's header: when the connection opens, then from the first byte
+            of each later request (an idle connection has uvicorn's keep-alive timer until then)."""
             if self._header_deadline is None:
                 self._header_bytes = 0
                 self._header_deadline = self.loop.call_later(limits.read_header_timeout, self._header_late)

@@ -115,3 +115,23 @@ def test_a_bad_policy_file_is_a_usage_error_naming_the_flag(workdir: Path) -> No
     assert result.returncode == 2
     assert "--audit-policy-file" in result.stderr
     assert 'rules[0].level: Unsupported value: "Loud"' in result.stderr
+
+
+async def test_a_watch_is_recorded_when_it_starts_and_when_it_ends(audited: tuple[APIServerProcess, Path]) -> None:
+    process, log = audited
+    marker = f"watch-{uuid.uuid4().hex[:6]}"
+    async with httpx.AsyncClient(base_url=process.url, headers={"authorization": f"Bearer {TOKEN}",
+                                                                "user-agent": marker}, timeout=30) as client:
+        r = await client.get("/api/v1/namespaces/default/configmaps", params={"watch": "1", "timeoutSeconds": "1"})
+        assert r.status_code == 200
+
+    async def written() -> list[dict[str, Any]]:
+        events = [e for e in _events(log) if e.get("userAgent") == marker]
+        return events if len(events) >= 2 else []
+
+    started, complete = await eventually(written, limit=30, what="the watch's audit events")
+    assert (started["stage"], complete["stage"]) == ("ResponseStarted", "ResponseComplete")
+    assert started["verb"] == complete["verb"] == "watch"
+    assert started["auditID"] == complete["auditID"]
+    assert started["responseStatus"]["code"] == 200
+    assert started["stageTimestamp"] <= complete["stageTimestamp"]
