@@ -15,6 +15,7 @@ import structlog
 import uvicorn
 
 from apiserver.admission.chain import UnknownPlugin, check_flags
+from apiserver.audit import options as audit_options
 from apiserver.auth.authn import load_token_file
 from apiserver.auth.authz import MODES as AUTHORIZATION_MODES
 from apiserver.controlplane.leases import DEFAULT_TTL
@@ -22,6 +23,8 @@ from apiserver.endpoints.app import APIApp
 from apiserver.endpoints.proxy import KubeletClientConfig
 from apiserver.registry.componentstatus import DEFAULT_CONTROLLER_MANAGER_URL, DEFAULT_SCHEDULER_URL
 from apiserver.server import DEFAULT_CERT_DIR, APIServer, Options
+from apiserver.serving import options as serving_options
+from apiserver.serving.connections import guarded_protocol
 from apiserver.storage.encryption import ConfigError, load_config
 from apiserver.storage.grpc_wire import client_tls
 from services.runtime.durations import go_duration
@@ -203,6 +206,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="what `kubectl get componentstatuses` probes for the controller-manager (pyk8s)")
     p.add_argument("--v", type=int, default=0, help="log verbosity")
     p.add_argument("--log-format", choices=("console", "json"), default="console")
+    serving_options.add_flags(p)
+    audit_options.add_flags(p)
     args = p.parse_args(argv)
     try:
         check_flags(args.enable_admission_plugins, args.disable_admission_plugins)
@@ -274,15 +279,18 @@ async def serve(args: argparse.Namespace) -> None:
         controller_manager_health_url=args.controller_manager_health_url,
     )
     server = APIServer(options)
-    app = APIApp(server, kubelet_config(args))
+    audit = audit_options.auditor(args)
+    app = APIApp(server, kubelet_config(args), audit, serving_options.max_in_flight(args))
     configs = []
     # wsproto: kubectl's port-forward offers the subprotocol `SPDY/3.1+portforward.k8s.io`, which the
     # websockets library refuses (it is no RFC 6455 token) and kubectl would fall back to SPDY.
     # No proxy-header rewriting (upstream trusts no X-Forwarded-For for the client address) and no
     # Server header (upstream sends none): both cost time on every request.
-    common = {"loop": "uvloop", "http": "httptools", "ws": "wsproto", "log_level": "warning",
+    # The header deadline and size cap, and the idle timeout, as upstream's secure server sets them.
+    limits = serving_options.connection_limits(args)
+    common = {"loop": "uvloop", "http": guarded_protocol(limits), "ws": "wsproto", "log_level": "warning",
               "access_log": False, "timeout_graceful_shutdown": 5, "lifespan": "on",
-              "proxy_headers": False, "server_header": False}
+              "proxy_headers": False, "server_header": False, "timeout_keep_alive": limits.idle_timeout}
     if args.secure_port:
         cert, key = args.tls_cert_file, args.tls_private_key_file
         if not cert or not key:
@@ -300,15 +308,19 @@ async def serve(args: argparse.Namespace) -> None:
     if not configs:
         raise SystemExit("apiserver: one of --secure-port or --insecure-port must be set")
     servers = [uvicorn.Server(c) for c in configs]
-    if len(servers) == 1:
-        await servers[0].serve()
-        return
-    await server.start()
     try:
-        servers[0].config.lifespan = "off"
-        await asyncio.gather(*(s.serve() for s in servers))
+        if len(servers) == 1:
+            await servers[0].serve()
+            return
+        await server.start()
+        try:
+            servers[0].config.lifespan = "off"
+            await asyncio.gather(*(s.serve() for s in servers))
+        finally:
+            await server.stop()
     finally:
-        await server.stop()
+        if audit is not None:
+            await asyncio.to_thread(audit.backend.close)
 
 
 def tune_gc() -> None:
@@ -321,6 +333,7 @@ def tune_gc() -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     tune_gc()
+    serving_options.raise_open_files_limit()
     _configure_logging(args.v, args.log_format)
     try:
         import uvloop

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import platform
 import re
+import time
 import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -16,8 +18,16 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from apiserver.audit.recorder import Auditor
 from apiserver.auth import reviews
-from apiserver.auth.authn import Authenticator, impersonate, load_token_file, peer_certificate, read_credentials
+from apiserver.auth.authn import (
+    Authenticator,
+    Credentials,
+    impersonate,
+    load_token_file,
+    peer_certificate,
+    read_credentials,
+)
 from apiserver.auth.authz import (
     ALLOW,
     AlwaysAllow,
@@ -31,10 +41,11 @@ from apiserver.auth.authz import (
 from apiserver.auth.bootstraptoken import BootstrapTokenAuthenticator
 from apiserver.auth.rbac import RBAC_GROUP, RBACAuthorizer, escalation_allowed
 from apiserver.endpoints import discovery, openapi, proxy, typecheck
-from apiserver.endpoints.negotiation import PATCH_TYPES, decode_body, media_type, negotiate, read_body
+from apiserver.endpoints.negotiation import PATCH_TYPES, body_read, decode_body, media_type, negotiate, read_body
 from apiserver.endpoints.resources import ResourceHandler, Target, parse_path
 from apiserver.registry import certificates, componentstatus
 from apiserver.registry.store import apply_patch
+from apiserver.serving.inflight import MaxInFlight, long_running, too_many_requests
 from services.api import errors
 from services.auth.identity import MASTERS, UserInfo
 
@@ -352,6 +363,18 @@ def request_user(request: Request) -> UserInfo:
     return request.scope["pyk8s.user"]
 
 
+def _request_object(scope: dict[str, Any]) -> Any:
+    """The body the handler read, decoded as it was (JSON, YAML, protobuf); None when there is none."""
+    raw = body_read(scope)
+    if not raw:
+        return None
+    content_type = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"content-type"), None)
+    try:
+        return decode_body(raw, content_type)
+    except errors.StatusError:
+        return None
+
+
 async def _refuse(scope: dict[str, Any], receive: Any, send: Any, exc: errors.StatusError) -> None:
     if scope["type"] == "websocket":
         await send({"type": "websocket.http.response.start", "status": exc.code,
@@ -362,14 +385,16 @@ async def _refuse(scope: dict[str, Any], receive: Any, send: Any, exc: errors.St
 
 
 class APIApp:
-    """The ASGI entry point: every request is authenticated and authorized here, then resource paths go
-    straight to the handler and the rest through FastAPI.
+    """The ASGI entry point and its filter chain, in upstream's order: authenticate, audit,
+    impersonate, max-in-flight, authorize; then resource paths go straight to the handler and the rest
+    through FastAPI.
 
     Resource requests are the hot path; skipping the framework's routing and
     middleware stack for them roughly doubles request throughput.
     """
 
-    def __init__(self, server: Any, kubelet: proxy.KubeletClientConfig = proxy.DEFAULT_CONFIG) -> None:
+    def __init__(self, server: Any, kubelet: proxy.KubeletClientConfig = proxy.DEFAULT_CONFIG,
+                 audit: Auditor | None = None, inflight: MaxInFlight | None = None) -> None:
         self.app = create_app(server)
         self.server = server
         self.serve = self.app.state.serve
@@ -377,29 +402,26 @@ class APIApp:
         self.kubelet = kubelet
         self.authenticator: Authenticator = self.state.authenticator
         self.authorizer: Chain = self.state.authorizer
+        self.audit = audit
+        self.inflight = inflight
 
-    def _admit(self, scope: dict[str, Any], receive: Any) -> UserInfo:
-        """The request's user once it may do what it asks; a 401 or 403 StatusError otherwise."""
-        creds = read_credentials(scope["headers"])
+    def _authenticate(self, scope: dict[str, Any], receive: Any, creds: Credentials) -> UserInfo:
+        """Who sent the request; a 401 StatusError when its credentials are refused."""
         secure = scope.get("scheme") in ("https", "wss")
-        user = self.authenticator.authenticate(creds, peer_certificate(receive) if secure else None, secure)
-        if creds.impersonate:
-            user = impersonate(user, creds.impersonate, self.authorizer.authorize)
-        if self.authorizer.always_allow or MASTERS in user.groups:
-            return user
-        attrs = request_attributes(user, scope.get("method", "GET"), scope["path"], scope.get("query_string", b""),
-                                   _raw_path(scope))
+        return self.authenticator.authenticate(creds, peer_certificate(receive) if secure else None, secure)
+
+    def _authorize(self, attrs: Attributes) -> tuple[str, str, Attributes]:
+        """(decision, reason, the attributes decided on): a WebSocket exec, attach or port-forward is a GET
+        but starts a process or a tunnel, so upstream (AuthorizePodWebsocketUpgradeCreatePermission) also
+        wants `create` on the subresource."""
+        if self.authorizer.always_allow or MASTERS in attrs.user.groups:
+            return ALLOW, "", attrs
         decision, reason = self.authorizer.authorize(attrs)
-        if decision != ALLOW:
-            raise forbidden(attrs, reason)
-        if attrs.verb == "get" and attrs.resource == "pods" and attrs.subresource in _UPGRADE_SUBRESOURCES:
-            # A WebSocket exec, attach or port-forward is a GET but starts a process or a tunnel: upstream
-            # (AuthorizePodWebsocketUpgradeCreatePermission) also wants `create` on the subresource.
-            attrs.verb = "create"
+        if decision == ALLOW and attrs.verb == "get" and attrs.resource == "pods" \
+                and attrs.subresource in _UPGRADE_SUBRESOURCES:
+            attrs = replace(attrs, verb="create")
             decision, reason = self.authorizer.authorize(attrs)
-            if decision != ALLOW:
-                raise forbidden(attrs, reason)
-        return user
+        return decision, reason, attrs
 
     async def _object_proxy(self, scope: dict[str, Any], receive: Any, send: Any) -> bool:
         """services/proxy and pods/proxy: the request relayed to a ready endpoint or the pod's IP."""
@@ -454,14 +476,61 @@ class APIApp:
         return True
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] in ("http", "websocket"):
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        received = time.time()
+        creds = read_credentials(scope["headers"])
+        try:
+            requester = self._authenticate(scope, receive, creds)
+        except errors.StatusError as exc:
+            if self.audit is not None:
+                self.audit.failed_authentication(scope, received, exc, "bearer" if creds.token else "")
+            await _refuse(scope, receive, send, exc)
+            return
+        attrs = request_attributes(requester, scope.get("method", "GET"), scope["path"],
+                                   scope.get("query_string", b""), _raw_path(scope))
+        record = None
+        if self.audit is not None:
+            record = self.audit.begin(scope, attrs, received, long_running(attrs))
+            send = record.wrap_send(send)
+        slot = ""
+        try:
             try:
-                scope["pyk8s.user"] = self._admit(scope, receive)
+                if creds.impersonate:
+                    attrs.user = impersonate(requester, creds.impersonate, self.authorizer.authorize)
+                    if record is not None:
+                        record.impersonated(attrs.user)
+                if self.inflight is not None and scope["type"] == "http":
+                    admitted = self.inflight.admit(attrs)
+                    if admitted is None:
+                        await too_many_requests(send)
+                        return
+                    slot = admitted
+                decision, reason, decided = self._authorize(attrs)
+                if record is not None:
+                    record.authorized(decision, reason)
+                if decision != ALLOW:
+                    raise forbidden(decided, reason)
             except errors.StatusError as exc:
                 await _refuse(scope, receive, send, exc)
                 return
-            if await self._streams(scope, receive, send):
-                return
+            scope["pyk8s.user"] = attrs.user
+            await self._route(scope, receive, send)
+        except Exception as exc:
+            if record is not None:
+                record.panicked(exc)
+                record = None
+            raise
+        finally:
+            if slot:
+                self.inflight.release(slot)  # type: ignore[union-attr]
+            if record is not None:
+                record.finish(lambda: _request_object(scope))
+
+    async def _route(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if await self._streams(scope, receive, send):
+            return
         if scope["type"] == "http":
             path: str = scope["path"]
             legacy = path == "/api" or path.startswith("/api/")

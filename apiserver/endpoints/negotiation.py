@@ -63,6 +63,11 @@ async def read_body(request: Request) -> bytes:
     return raw
 
 
+def body_read(scope: dict[str, Any]) -> bytes | None:
+    """The body `read_body` read for this request, if it read one (the audit log records it)."""
+    return scope.get(_BODY_KEY)
+
+
 def _allowed_alias_ratio(decoded: int) -> float:
     if decoded <= _ALIAS_RATIO_LOW:
         return 0.99

@@ -1,0 +1,1 @@
+"""How the apiserver holds its connections: header and idle deadlines, header size, request concurrency."""
