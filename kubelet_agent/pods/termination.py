@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kubelet_agent.server.logs import parse_record
+from kubelet_agent.cri.logfile import parse_record
 
 DEFAULT_PATH = "/dev/termination-log"
 FALLBACK_TO_LOGS = "FallbackToLogsOnError"

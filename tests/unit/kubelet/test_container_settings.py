@@ -7,9 +7,9 @@ import os
 import stat
 from pathlib import Path
 
+from kubelet_agent.cri.logfile import format_timestamp
 from kubelet_agent.pods import ownership, termination
 from kubelet_agent.pods.securitycontext import effective
-from kubelet_agent.server.logs import format_timestamp
 
 
 def test_container_fields_win_and_fs_group_joins_the_supplemental_groups() -> None:
