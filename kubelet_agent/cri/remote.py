@@ -224,7 +224,8 @@ class RemoteRuntime:
         img = resp.image  # type: ignore[attr-defined]
         if not img.id:
             return None
-        return ImageInfo(img.id, list(img.repo_tags), list(img.repo_digests), img.size)
+        return ImageInfo(img.id, list(img.repo_tags), list(img.repo_digests), img.size,
+                         img.uid.value if img.HasField("uid") else None, img.username)
 
     async def image_fs_path(self) -> str | None:
         """Where the runtime keeps image layers (imagefs for eviction signals)."""

@@ -148,6 +148,9 @@ class ImageInfo:
     repo_tags: list[str] = field(default_factory=list)
     repo_digests: list[str] = field(default_factory=list)
     size: int = 0
+    #: the user of the image's config: a numeric uid, or a name, or neither (root)
+    uid: int | None = None
+    username: str = ""
 
 
 Listener = Callable[[str], None]

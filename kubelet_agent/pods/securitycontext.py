@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubelet_agent.cri.types import ImageInfo
+
 
 @dataclass
 class Effective:
@@ -15,6 +17,7 @@ class Effective:
     supplemental_groups: list[int] = field(default_factory=list)
     privileged: bool = False
     readonly_rootfs: bool = False
+    run_as_non_root: bool = False
     no_new_privs: bool = False
     add_capabilities: list[str] = field(default_factory=list)
     drop_capabilities: list[str] = field(default_factory=list)
@@ -38,7 +41,28 @@ def effective(pod_spec: dict[str, Any], container: dict[str, Any]) -> Effective:
         supplemental_groups=groups,
         privileged=bool(sc.get("privileged")),
         readonly_rootfs=bool(sc.get("readOnlyRootFilesystem")),
+        run_as_non_root=bool(pick("runAsNonRoot")),
         no_new_privs=sc.get("allowPrivilegeEscalation") is False,
         add_capabilities=list(caps.get("add") or []),
         drop_capabilities=list(caps.get("drop") or []),
     )
+
+
+def non_root_violation(security: Effective, image: ImageInfo | None, pod: str, container: str) -> str | None:
+    """Why the container may not start under runAsNonRoot (upstream's verifyRunAsNonRoot), None if it may.
+
+    `pod` is upstream's format.Pod text, name_namespace(uid). An image that names no user runs as root.
+    """
+    if not security.run_as_non_root:
+        return None
+    if security.run_as_user is not None:
+        if security.run_as_user == 0:
+            return f"container's runAsUser breaks non-root policy (pod: \"{pod}\", container: {container})"
+        return None
+    uid = image.uid if image is not None and (image.uid is not None or image.username) else 0
+    if uid == 0:
+        return f"container has runAsNonRoot and image will run as root (pod: \"{pod}\", container: {container})"
+    if uid is None and image is not None:
+        return (f"container has runAsNonRoot and image has non-numeric user ({image.username}), cannot verify "
+                f"user is non-root (pod: \"{pod}\", container: {container})")
+    return None

@@ -607,6 +607,15 @@ class PodWorker:
         limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
         cpu_request = quantity(requests.get("cpu", limits.get("cpu", 0)))
         security = securitycontext.effective(self.spec, spec)
+        if security.run_as_non_root and not self.ctx.runtime.simulated:
+            pod_text = f"{meta['name']}_{meta.get('namespace', '')}({self.uid})"
+            violation = securitycontext.non_root_violation(security, await self.ctx.runtime.image_status(image),
+                                                           pod_text, name)
+            if violation is not None:
+                self.waiting[name] = ("CreateContainerConfigError", violation)
+                self._event("Warning", "Failed", f"Error: {violation}", name)
+                self._after(5.0)
+                return None
         return ContainerSpec(
             name=name, image=image, attempt=attempt,
             command=[expand(a, env) for a in spec.get("command") or []],

@@ -272,3 +272,29 @@ def test_no_new_privileges_and_read_only_root(kubelet: KubeletProcess, kubectl: 
     assert got["default"].split() == ["NoNewPrivs:", "0"]
     assert "Read-only file system" in got["read-only"] and got["read-only"].endswith("rc=1")
     assert got["writable"] == "rc=0"
+
+
+def test_run_as_non_root_refuses_root(kubelet: KubeletProcess, kubectl: Kubectl, unique_ns: str) -> None:
+    ns = unique_ns
+    apply(kubectl, ns, {"metadata": {"name": "nonroot"}, "spec": {
+        "securityContext": {"runAsNonRoot": True},
+        "containers": [sh("image-user", "sleep 3600"),  # busybox names no user: it would run as root
+                       sh("explicit-root", "sleep 3600", securityContext={"runAsUser": 0}),
+                       sh("explicit-user", "sleep 3600", securityContext={"runAsUser": 1234})]}})
+
+    def settled() -> dict[str, dict[str, Any]] | None:
+        st = status(kubectl, ns, "nonroot")
+        by_name = {c["name"]: c["state"] for c in st.get("containerStatuses") or []}
+        if (by_name.get("explicit-user") or {}).get("running") and all(
+                (by_name.get(n) or {}).get("waiting", {}).get("reason") == "CreateContainerConfigError"
+                for n in ("image-user", "explicit-root")):
+            return by_name
+        return None
+
+    states = wait(settled)
+    uid = kubectl.json("-n", ns, "get", "pod", "nonroot")["metadata"]["uid"]
+    pod_text = f"nonroot_{ns}({uid})"
+    assert states["image-user"]["waiting"]["message"] == (
+        f'container has runAsNonRoot and image will run as root (pod: "{pod_text}", container: image-user)')
+    assert states["explicit-root"]["waiting"]["message"] == (
+        f'container\'s runAsUser breaks non-root policy (pod: "{pod_text}", container: explicit-root)')

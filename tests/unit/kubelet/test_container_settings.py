@@ -8,8 +8,9 @@ import stat
 from pathlib import Path
 
 from kubelet_agent.cri.logfile import format_timestamp
+from kubelet_agent.cri.types import ImageInfo
 from kubelet_agent.pods import ownership, termination
-from kubelet_agent.pods.securitycontext import effective
+from kubelet_agent.pods.securitycontext import effective, non_root_violation
 
 
 def test_container_fields_win_and_fs_group_joins_the_supplemental_groups() -> None:
@@ -61,3 +62,14 @@ def test_the_pod_shares_12_kib_of_messages_over_its_containers() -> None:
     termination.cap_messages(spec, status)
     assert status["containerStatuses"][0]["state"]["terminated"]["message"] == "m" * 4096
     assert status["containerStatuses"][0]["lastState"]["terminated"]["message"] == "short"
+
+
+def test_run_as_non_root_needs_a_known_non_root_user() -> None:
+    strict = {"securityContext": {"runAsNonRoot": True}}
+    root_image, named_image, uid_image = ImageInfo("a"), ImageInfo("b", username="app"), ImageInfo("c", uid=1000)
+    assert "image will run as root" in non_root_violation(effective(strict, {}), root_image, "p", "c")
+    assert "non-numeric user (app)" in non_root_violation(effective(strict, {}), named_image, "p", "c")
+    assert non_root_violation(effective(strict, {}), uid_image, "p", "c") is None
+    as_root = effective(strict, {"securityContext": {"runAsUser": 0}})
+    assert "runAsUser breaks non-root policy" in non_root_violation(as_root, uid_image, "p", "c")
+    assert non_root_violation(effective({}, {}), root_image, "p", "c") is None
