@@ -243,7 +243,7 @@ class PodWorker:
             return False
         if self.terminal:
             if sandbox is not None and sandbox.ready:
-                await self._kill_all(containers, 0, "pod finished")
+                await self._kill_all(containers, self._grace(), "pod finished")
                 await rt.stop_sandbox(sandbox.id)
             return False
         if sandbox is None or not sandbox.ready:

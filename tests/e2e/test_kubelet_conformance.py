@@ -162,6 +162,25 @@ def test_http_pre_stop_served_by_a_sidecar_that_stops_last(
     kubectl.run("-n", ns, "delete", "pod", "sidecar-hook", "--grace-period=20", "--wait=true", timeout=60)
     assert log_lines(shared) == ["started", "hook-http", "TERM", "sidecar-TERM"]
 
+
+def test_a_finished_pod_stops_its_sidecar_gracefully(
+    kubelet: KubeletProcess, kubectl: Kubectl, unique_ns: str, shared: Path
+) -> None:
+    ns = unique_ns
+    apply(kubectl, ns, {"metadata": {"name": "done-with-sidecar"}, "spec": {
+        "restartPolicy": "Never", "terminationGracePeriodSeconds": 20,
+        "initContainers": [{
+            "name": "sidecar", "image": "busybox", "restartPolicy": "Always",
+            "command": ["sh", "-c", "trap 'echo sidecar-TERM >> /shared/log; exit 0' TERM; "
+                                    "while true; do sleep 1; done"],
+            "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", "echo sidecar-prestop >> /shared/log"]}}},
+            "volumeMounts": [{"name": "shared", "mountPath": "/shared"}]}],
+        "containers": [sh("main", "sleep 2")],
+        "volumes": [{"name": "shared", "hostPath": {"path": str(shared), "type": "Directory"}}]}})
+    st = wait(lambda: finished(kubectl, ns, "done-with-sidecar"), timeout=90)
+    assert st["phase"] == "Succeeded", st
+    wait(lambda: log_lines(shared) == ["sidecar-prestop", "sidecar-TERM"], timeout=30)
+
 # -- termination messages ----------------------------------------------------------------------------
 
 
