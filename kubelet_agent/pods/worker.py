@@ -733,15 +733,23 @@ class PodWorker:
     async def _remove_older(self, name: str, keep: set[str]) -> None:
         for c in await self.ctx.runtime.list_containers(self.uid):
             if c.name == name and c.id not in keep and c.state == CONTAINER_EXITED:
-                await self.ctx.runtime.remove_container(c.id)
+                await self._remove_instance(c)
+
+    async def _remove_instance(self, c: ContainerInfo) -> None:
+        """Remove an exited container instance, and its termination message file with it."""
+        await self.ctx.runtime.remove_container(c.id)
+        self._messages.pop(c.id, None)
+        path = termination.message_file(Path(self.ctx.root_dir, "pods", self.uid), c.name, c.attempt)
+        await asyncio.to_thread(path.unlink, missing_ok=True)
 
     async def _gc_containers(self, containers: list[ContainerInfo]) -> None:
-        """Keep the newest two instances of each container (current state and lastState)."""
+        """Keep the newest two instances of each container (current state and lastState), and their
+        termination message files."""
         for items in instances_by_name(containers).values():
             for old in items[2:]:
                 if old.state == CONTAINER_EXITED:
                     with contextlib.suppress(RuntimeError_):
-                        await self.ctx.runtime.remove_container(old.id)
+                        await self._remove_instance(old)
 
     async def _handle_kill_requests(self, containers: list[ContainerInfo]) -> None:
         if not self.kill_requests:

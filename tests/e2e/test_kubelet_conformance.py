@@ -317,3 +317,19 @@ def test_run_as_non_root_refuses_root(kubelet: KubeletProcess, kubectl: Kubectl,
         f'container has runAsNonRoot and image will run as root (pod: "{pod_text}", container: image-user)')
     assert states["explicit-root"]["waiting"]["message"] == (
         f'container\'s runAsUser breaks non-root policy (pod: "{pod_text}", container: explicit-root)')
+
+
+def test_each_restart_keeps_its_own_message_and_old_ones_are_collected(
+    kubelet: KubeletProcess, kubectl: Kubectl, unique_ns: str
+) -> None:
+    ns = unique_ns
+    apply(kubectl, ns, {"metadata": {"name": "crashing"}, "spec": {"containers": [
+        sh("c", "echo -n run-$(cat /proc/sys/kernel/random/uuid) > /dev/termination-log; exit 1")]}})
+    cs = wait(lambda: (st := status(kubectl, ns, "crashing")).get("containerStatuses") and
+              st["containerStatuses"][0]["restartCount"] >= 3 and st["containerStatuses"][0], timeout=150)
+    last = cs["lastState"]["terminated"]["message"]
+    current = (cs["state"].get("terminated") or {}).get("message")
+    assert last.startswith("run-") and last != current
+    uid = kubectl.json("-n", ns, "get", "pod", "crashing")["metadata"]["uid"]
+    files = list((kubelet.base / "kubelet" / "pods" / uid / "containers" / "c").glob("termination-log.*"))
+    assert 2 <= len(files) <= 3, files  # the two instances kept, and perhaps the one being started
