@@ -338,10 +338,15 @@ class JobController(QueueController):
         job = self._owner(pod)
         if job is not None and not is_finished(job):
             return
-        await self._remove_finalizers([pod])
+        await self._remove_finalizers([pod], unchanged=True)
 
-    async def _remove_finalizers(self, pods: list[Obj]) -> set[str]:
-        """Drop the tracking finalizer; returns the uids whose finalizer is gone (or whose pod is gone)."""
+    async def _remove_finalizers(self, pods: list[Obj], unchanged: bool = False) -> set[str]:
+        """Drop the tracking finalizer; returns the uids whose finalizer is gone (or whose pod is gone).
+
+        `unchanged` makes each removal apply only to the version of the pod the cache holds: an orphan
+        a job adopted meanwhile (the adoption adds the finalizer back) keeps it, and its update event
+        brings the pod back here if it is still an orphan.
+        """
 
         async def one(pod: Obj) -> str | None:
             meta = pod["metadata"]
@@ -350,6 +355,8 @@ class JobController(QueueController):
                 {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
                 {"op": "replace", "path": "/metadata/finalizers", "value": finalizers},
             ]
+            if unchanged:
+                patch.insert(1, {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]})
             self.finalizer_removed.add(str(meta["uid"]))
             try:
                 await self.client.patch(PODS, meta["name"], patch, meta["namespace"], patch_type="json")

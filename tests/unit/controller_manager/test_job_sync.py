@@ -167,3 +167,15 @@ async def test_pods_a_running_job_controls_keep_their_tracking_finalizer() -> No
     async with harness(job, [(JOBS, a_job(completions=1, parallelism=1)), (PODS, a_pod("mine", "Running"))]) as env:
         await env.sync("orphan-pod:ns/mine")
         assert TRACKING_FINALIZER in env.api.get(PODS, "mine", "ns")["metadata"]["finalizers"]
+
+
+async def test_an_orphan_adopted_since_the_cache_saw_it_keeps_its_tracking_finalizer() -> None:
+    orphan = a_pod("orphan", "Running")
+    del orphan["metadata"]["ownerReferences"]
+    async with harness(job, [(JOBS, a_job(completions=1, parallelism=1)), (PODS, orphan)]) as env:
+        await env.caught_up()
+        adopted = env.api.get(PODS, "orphan", "ns")
+        adopted["metadata"]["ownerReferences"] = a_pod("x", "Running")["metadata"]["ownerReferences"]
+        env.update(PODS, adopted)  # the job's adoption, not yet in the controller's cache
+        await env.controller.sync("orphan-pod:ns/orphan")
+        assert TRACKING_FINALIZER in env.api.get(PODS, "orphan", "ns")["metadata"]["finalizers"]
