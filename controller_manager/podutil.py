@@ -218,18 +218,24 @@ def claim_decision(obj: Obj, owner: Obj, matches: bool) -> str:
     return "adopt"
 
 
-def adopt_patch(obj: Obj, owner: Obj) -> Obj:
-    """Strategic merge patch adding our controller reference; the uid pins it to this incarnation."""
-    return {"metadata": {"ownerReferences": [new_controller_ref(owner)], "uid": obj["metadata"]["uid"]}}
+def adopt_patch(obj: Obj, owner: Obj, finalizers: tuple[str, ...] = ()) -> Obj:
+    """Strategic merge patch adding our controller reference (and the finalizers the owner needs on its
+    dependents); the uid pins it to this incarnation."""
+    meta: Obj = {"ownerReferences": [new_controller_ref(owner)], "uid": obj["metadata"]["uid"]}
+    if finalizers:
+        meta["finalizers"] = list(finalizers)
+    return {"metadata": meta}
 
 
-def release_patch(obj: Obj, owner: Obj) -> Obj:
-    return {
-        "metadata": {
-            "ownerReferences": [{"$patch": "delete", "uid": owner["metadata"]["uid"]}],
-            "uid": obj["metadata"]["uid"],
-        }
+def release_patch(obj: Obj, owner: Obj, finalizers: tuple[str, ...] = ()) -> Obj:
+    """Strategic merge patch dropping our controller reference and the finalizers adoption added."""
+    meta: Obj = {
+        "ownerReferences": [{"$patch": "delete", "uid": owner["metadata"]["uid"]}],
+        "uid": obj["metadata"]["uid"],
     }
+    if finalizers:
+        meta["$deleteFromPrimitiveList/finalizers"] = list(finalizers)
+    return {"metadata": meta}
 
 
 def selector_of(owner: Obj) -> LabelSelector:

@@ -20,8 +20,6 @@ from controller_manager.podutil import (
     ORPHANS_INDEX,
     SLOW_START_INITIAL_BATCH,
     BatchError,
-    adopt_patch,
-    claim_decision,
     controller_ref,
     index_orphans,
     is_active,
@@ -29,14 +27,13 @@ from controller_manager.podutil import (
     is_ready,
     pod_from_template,
     pods_to_delete,
-    release_patch,
     selector_of,
     slow_start_batch,
 )
+from controller_manager.refmanager import claim_pods
 from controller_manager.resources import PODS
 from services.api.conditions import get_condition
 from services.api.meta import now_rfc3339
-from services.api.selectors import LabelSelector
 from services.client import NotFound, namespace_terminating
 from services.client.rest import GVR, resource_path
 from services.informers import OWNER_UID_INDEX, meta_namespace_key
@@ -310,7 +307,7 @@ class ReplicaSetController(QueueController):
         else:
             owned, orphans = self._candidates(owner)
             self._build_tally(owner, owned)
-            pods = await self.claim_pods(owner, selector_of(owner), owned, orphans)
+            pods = await claim_pods(self.client, self.resource, owner, selector_of(owner), owned, orphans)
             if needs_sync and not owner["metadata"].get("deletionTimestamp"):
                 error = await self.manage_replicas(key, owner, pods)
             status = calculate_status(owner, pods, error)
@@ -377,39 +374,6 @@ class ReplicaSetController(QueueController):
         orphans = [p for p in store.by_index(ORPHANS_INDEX, meta.get("namespace") or "", ordered=False)
                    if is_active(p)]
         return owned, orphans
-
-    async def claim_pods(self, owner: Obj, selector: LabelSelector, owned: list[Obj], orphans: list[Obj]) -> list[Obj]:
-        """Our pods after adopting matching orphans and releasing owned pods that stopped matching
-        (upstream's ClaimPods, given the candidates `_candidates` found)."""
-        matches = selector.matches
-        claimed = [p for p in owned if matches(p["metadata"].get("labels"))]
-        release = [p for p in owned if not matches(p["metadata"].get("labels"))] \
-            if len(claimed) < len(owned) and not owner["metadata"].get("deletionTimestamp") else []
-        adopt = [p for p in orphans if claim_decision(p, owner, matches(p["metadata"].get("labels"))) == "adopt"]
-        if adopt and await self._can_adopt(owner):
-            results = await asyncio.gather(
-                *(self.client.patch(PODS, p["metadata"]["name"], adopt_patch(p, owner), p["metadata"]["namespace"],
-                                    patch_type="strategic") for p in adopt),
-                return_exceptions=True,
-            )
-            claimed.extend(r for r in results if isinstance(r, dict) and is_active(r))
-        if release:
-            await asyncio.gather(
-                *(self.client.patch(PODS, p["metadata"]["name"], release_patch(p, owner), p["metadata"]["namespace"],
-                                    patch_type="strategic") for p in release),
-                return_exceptions=True,
-            )
-        return claimed
-
-    async def _can_adopt(self, owner: Obj) -> bool:
-        """Re-read the owner past the cache: never adopt for an owner that is going away."""
-        meta = owner["metadata"]
-        try:
-            fresh = await self.client.get(self.resource, meta["name"], meta["namespace"])
-        except NotFound:
-            return False
-        fresh_meta = fresh.get("metadata") or {}
-        return fresh_meta.get("uid") == meta.get("uid") and not fresh_meta.get("deletionTimestamp")
 
     async def manage_replicas(self, key: str, owner: Obj, pods: list[Obj]) -> tuple[str, str] | None:
         """Create or delete pods toward spec.replicas; returns (reason, message) of a failure."""

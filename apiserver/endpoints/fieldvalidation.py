@@ -521,6 +521,11 @@ def warnings(paths_unknown: list[str], paths_dup: list[str]) -> list[str]:
     return _record(texts, _warning_header)
 
 
+def warning_headers(texts: list[str]) -> list[str]:
+    """`Warning` header values for a request's own warnings, recorded like upstream's."""
+    return _record(texts, _warning_header)
+
+
 def _record(texts: list[str], header: Callable[[str], str]) -> list[str]:
     """Upstream's warning recorder: dedupe, and past 4096 runes cut every warning to 256."""
     recorded: set[str] = set()

@@ -319,14 +319,16 @@ class ResourceHandler:
         if verb == "delete":
             dopts = await self._delete_options(request, dry_run)
             obj, gone = await store.delete(ns, name or "", dopts)
+            notes = fieldvalidation.warning_headers(store.strategy.delete_warnings(dopts.propagation_chosen))
             if gone and not store.strategy.graceful:
-                return self._json(self._success(res, obj))
-            return self._object(obj, rep, res, 200)
+                return self._json(self._success(res, obj), warnings=notes)
+            return self._object(obj, rep, res, 200, notes)
         if verb == "deletecollection":
             labels, fields = _selectors(params)
             dopts = await self._delete_options(request, dry_run)
             deleted = await store.delete_collection(ns, ListOptions(labels, fields), dopts)
-            return self._list(store, deleted, {"resourceVersion": ""}, rep)
+            notes = fieldvalidation.warning_headers(store.strategy.delete_warnings(dopts.propagation_chosen))
+            return self._list(store, deleted, {"resourceVersion": ""}, rep, notes)
         raise errors.method_not_allowed()
 
     # -- bodies -------------------------------------------------------------------
@@ -441,9 +443,11 @@ class ResourceHandler:
         return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
 
     def _list(
-        self, store: RESTStore, items: list[Entry | dict[str, Any]], list_meta: dict[str, Any], rep: Representation
+        self, store: RESTStore, items: list[Entry | dict[str, Any]], list_meta: dict[str, Any], rep: Representation,
+        warnings: list[str] | None = None,
     ) -> Response:
         res = store.res
+        headers = {"Warning": ", ".join(warnings)} if warnings else None
         if rep.form != "object":
             objs = [store.out(i.obj) if isinstance(i, Entry) else store.out(i) for i in items]
             if rep.form == "Table":
@@ -452,12 +456,12 @@ class ResourceHandler:
             else:
                 body = tables.partial_object_metadata_list(objs, list_meta)
             if rep.yaml:
-                return Response(to_yaml(body), 200, media_type="application/yaml")
-            return Response(orjson.dumps(body), 200, media_type="application/json")
+                return Response(to_yaml(body), 200, headers=headers, media_type="application/yaml")
+            return Response(orjson.dumps(body), 200, headers=headers, media_type="application/json")
         if rep.yaml:
             objs = [store.out(i.obj) if isinstance(i, Entry) else store.out(i) for i in items]
             body = {"kind": res.list_kind, "apiVersion": res.api_version, "metadata": list_meta, "items": objs}
-            return Response(to_yaml(body), 200, media_type="application/yaml")
+            return Response(to_yaml(body), 200, headers=headers, media_type="application/yaml")
         parts: list[bytes] = []
         for item in items:
             if isinstance(item, Entry) and not store._converts:
@@ -467,7 +471,7 @@ class ResourceHandler:
                 parts.append(orjson.dumps(store.out(obj)))
         head = orjson.dumps({"kind": res.list_kind, "apiVersion": res.api_version, "metadata": list_meta})
         payload = head[:-1] + b',"items":[' + b",".join(parts) + b"]}"
-        return Response(payload, 200, media_type="application/json")
+        return Response(payload, 200, headers=headers, media_type="application/json")
 
     #: For resources served without a store behind them (ComponentStatus): the same representations.
     render = _object

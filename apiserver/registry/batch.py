@@ -59,7 +59,19 @@ def validate_job_spec(spec: Obj, path: str) -> list[Cause]:
     return causes
 
 
+#: upstream's deleteOptionWarnings of the Job storage
+JOB_DELETE_WARNING = ("child pods are preserved by default when jobs are deleted; set propagationPolicy=Background "
+                      "to remove them or set propagationPolicy=Orphan to suppress this warning")
+
+
 class JobStrategy(GenerationStrategy):
+    def default_propagation(self) -> str | None:
+        """batch/v1 keeps a deleted Job's pods unless told otherwise, for backward compatibility as upstream."""
+        return "Orphan" if self.resource.version == "v1" else None
+
+    def delete_warnings(self, propagation_set: bool) -> list[str]:
+        return [] if propagation_set else [JOB_DELETE_WARNING]
+
     def defaults(self, obj: Obj) -> None:
         spec = child(obj, "spec")
         default_job_spec(spec)

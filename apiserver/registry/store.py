@@ -112,6 +112,11 @@ class DeleteOptions:
     precondition_rv: str | None = None
     dry_run: bool = False
 
+    @property
+    def propagation_chosen(self) -> bool:
+        """The client named a policy (propagationPolicy or the older orphanDependents)."""
+        return self.propagation is not None or self.orphan_dependents is not None
+
 
 def _timestamp_in(seconds: int) -> str:
     return (datetime.now(UTC) + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -783,6 +788,8 @@ class RESTStore:
         policy = opts.propagation
         if policy is None and opts.orphan_dependents is not None:
             policy = "Orphan" if opts.orphan_dependents else "Background"
+        if policy is None and not {"orphan", "foregroundDeletion"} & set(finalizers):
+            policy = self.strategy.default_propagation()
         if policy not in (None, "Orphan", "Foreground", "Background"):
             raise self._invalid(m.get("name", ""), [errors.cause(
                 "propagationPolicy",

@@ -119,6 +119,15 @@ class Strategy:
         """Seconds of graceful deletion for this object; 0 deletes at once."""
         return 0
 
+    def default_propagation(self) -> str | None:
+        """The propagation policy of a delete that names none (upstream's DefaultGarbageCollectionPolicy);
+        None is background."""
+        return None
+
+    def delete_warnings(self, propagation_set: bool) -> list[str]:
+        """Warnings a delete answers with, given whether the client chose a propagation policy."""
+        return []
+
     def deletion_blocked(self, obj: Obj) -> bool:
         """Whether something besides metadata.finalizers holds the object (a namespace's spec.finalizers)."""
         return False

@@ -13,16 +13,14 @@ from typing import Any
 
 import orjson
 
+from controller_manager import refmanager
 from controller_manager import rollout as ro
 from controller_manager.base import QueueController, RequeueAfter
 from controller_manager.context import ControllerContext
 from controller_manager.podutil import (
-    adopt_patch,
-    claim_decision,
     controller_ref,
     is_terminal,
     new_controller_ref,
-    release_patch,
     selector_of,
 )
 from controller_manager.resources import DEPLOYMENTS, PODS, REPLICA_SETS
@@ -179,25 +177,15 @@ class DeploymentController(QueueController):
             await self._rollout_recreate(d, rss)
 
     async def _claim(self, d: Obj) -> list[Obj]:
+        """The deployment's ReplicaSets (copies it may change): those it controls and the orphans it adopts."""
         selector = selector_of(d)
-        claimed: list[Obj] = []
-        for rs in self.rss.list(d["metadata"]["namespace"]):
-            decision = claim_decision(rs, d, selector.matches(rs["metadata"].get("labels")))
-            if decision == "claim":
-                claimed.append(copy.deepcopy(rs))
-            elif decision == "adopt":
-                try:
-                    claimed.append(await self.client.patch(REPLICA_SETS, rs["metadata"]["name"], adopt_patch(rs, d),
-                                                           rs["metadata"]["namespace"], patch_type="strategic"))
-                except NotFound:
-                    pass
-            elif decision == "release":
-                try:
-                    await self.client.patch(REPLICA_SETS, rs["metadata"]["name"], release_patch(rs, d),
-                                            rs["metadata"]["namespace"], patch_type="strategic")
-                except NotFound:
-                    pass
-        return claimed
+        uid = d["metadata"]["uid"]
+        rss = self.rss.list(d["metadata"]["namespace"])
+        owned = [rs for rs in rss if (controller_ref(rs) or {}).get("uid") == uid]
+        orphans = [rs for rs in rss if controller_ref(rs) is None]
+        claimed = await refmanager.claim(self.client, DEPLOYMENTS, d, lambda rs: selector.matches(
+            rs["metadata"].get("labels")), owned, orphans, REPLICA_SETS)
+        return [copy.deepcopy(rs) for rs in claimed]
 
     def _is_scaling_event(self, d: Obj, rss: list[Obj]) -> bool:
         desired = ro.replicas_of(d)

@@ -13,6 +13,7 @@ import copy
 import re
 from typing import Any
 
+from controller_manager import refmanager
 from controller_manager.base import QueueController, RequeueAfter
 from controller_manager.context import ControllerContext
 from controller_manager.history import (
@@ -23,13 +24,10 @@ from controller_manager.history import (
     truncate_history,
 )
 from controller_manager.podutil import (
-    adopt_patch,
-    claim_decision,
     controller_ref,
     is_available,
     is_ready,
     new_controller_ref,
-    release_patch,
     selector_of,
 )
 from controller_manager.resources import CONTROLLER_REVISIONS, PODS, PVCS, STATEFUL_SETS
@@ -330,39 +328,19 @@ class StatefulSetController(QueueController):
             raise RequeueAfter(wait)
 
     async def _claim_pods(self, sts: Obj) -> list[Obj]:
+        """The set's pods: those it controls and the orphans it adopts, by selector and ordinal name."""
         selector = selector_of(sts)
         name = sts["metadata"]["name"]
-        owned: list[Obj] = []
-        for pod in self.pods.list(sts["metadata"]["namespace"]):
+        uid = sts["metadata"]["uid"]
+
+        def matches(pod: Obj) -> bool:
             parsed = parse_ordinal(pod["metadata"]["name"])
-            matches = (
-                selector.matches(pod["metadata"].get("labels")) and parsed is not None and parsed[0] == name
-            )
-            decision = claim_decision(pod, sts, matches)
-            meta = pod["metadata"]
-            if decision == "claim":
-                owned.append(pod)
-            elif decision == "adopt":
-                try:
-                    owned.append(
-                        await self.client.patch(
-                            PODS,
-                            meta["name"],
-                            adopt_patch(pod, sts),
-                            meta["namespace"],
-                            patch_type="strategic",
-                        )
-                    )
-                except NotFound:
-                    continue
-            elif decision == "release":
-                try:
-                    await self.client.patch(
-                        PODS, meta["name"], release_patch(pod, sts), meta["namespace"], patch_type="strategic"
-                    )
-                except NotFound:
-                    continue
-        return owned
+            return selector.matches(pod["metadata"].get("labels")) and parsed is not None and parsed[0] == name
+
+        pods = self.pods.list(sts["metadata"]["namespace"])
+        owned = [p for p in pods if (controller_ref(p) or {}).get("uid") == uid]
+        orphans = [p for p in pods if controller_ref(p) is None]
+        return await refmanager.claim(self.client, STATEFUL_SETS, sts, matches, owned, orphans)
 
     async def _update(
         self,

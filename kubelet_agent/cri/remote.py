@@ -162,6 +162,13 @@ class RemoteRuntime:
                                                  target_id="" if sandbox.host_pid else spec.pid_target))
         if spec.run_as_user is not None:
             security.run_as_user.value = spec.run_as_user
+        if spec.run_as_group is not None:
+            security.run_as_group.value = spec.run_as_group
+        security.supplemental_groups.extend(spec.supplemental_groups)
+        security.no_new_privs = spec.no_new_privs
+        if spec.add_capabilities or spec.drop_capabilities:
+            security.capabilities.CopyFrom(pb.Capability(add_capabilities=spec.add_capabilities,
+                                                         drop_capabilities=spec.drop_capabilities))
         config = pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=spec.name, attempt=spec.attempt),
             image=pb.ImageSpec(image=spec.image), command=spec.command, args=spec.args,
@@ -218,7 +225,8 @@ class RemoteRuntime:
         img = resp.image  # type: ignore[attr-defined]
         if not img.id:
             return None
-        return ImageInfo(img.id, list(img.repo_tags), list(img.repo_digests), img.size)
+        return ImageInfo(img.id, list(img.repo_tags), list(img.repo_digests), img.size,
+                         img.uid.value if img.HasField("uid") else None, img.username)
 
     async def image_fs_path(self) -> str | None:
         """Where the runtime keeps image layers (imagefs for eviction signals)."""

@@ -98,6 +98,11 @@ class ContainerSpec:
     privileged: bool = False
     run_as_user: int | None = None
     run_as_group: int | None = None
+    supplemental_groups: list[int] = field(default_factory=list)
+    #: allowPrivilegeEscalation: false, the process may gain no privileges (setuid, file capabilities)
+    no_new_privs: bool = False
+    add_capabilities: list[str] = field(default_factory=list)
+    drop_capabilities: list[str] = field(default_factory=list)
     readonly_rootfs: bool = False
     init: bool = False
     #: ID of the container whose PID namespace this one joins (an ephemeral container's target).
@@ -147,6 +152,9 @@ class ImageInfo:
     repo_tags: list[str] = field(default_factory=list)
     repo_digests: list[str] = field(default_factory=list)
     size: int = 0
+    #: the user of the image's config: a numeric uid, or a name, or neither (root)
+    uid: int | None = None
+    username: str = ""
 
 
 Listener = Callable[[str], None]

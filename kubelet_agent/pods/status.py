@@ -10,6 +10,7 @@ from typing import Any
 import structlog
 
 from kubelet_agent.cri.types import CONTAINER_EXITED, CONTAINER_RUNNING, ContainerInfo, SandboxInfo
+from kubelet_agent.pods import sidecars
 from kubelet_agent.pods.util import normalize_image, ns_to_rfc3339, qos_class
 from services.api.meta import now_rfc3339
 from services.client import ApiError, Client, NotFound, gvr
@@ -104,8 +105,15 @@ def pod_phase(pod: dict[str, Any], init_statuses: list[dict[str, Any]], statuses
     """Upstream's getPhase, including the terminal rule for pods that are finished for good."""
     spec = pod.get("spec") or {}
     policy = spec.get("restartPolicy") or "Always"
+    restartable = sidecars.names(spec)
+    apps_began = any(s["state"].get("running") or s["state"].get("terminated") or (s.get("lastState") or {})
+                     for s in statuses)
     pending_init = 0
     for s in init_statuses:
+        if s["name"] in restartable:
+            if not s.get("started") and not apps_began:
+                pending_init += 1
+            continue
         term = (s["state"].get("terminated") or {})
         if term and term.get("exitCode") == 0:
             continue
@@ -184,9 +192,23 @@ def build_status(
     for c in init_specs:
         inst = by_name.get(c["name"], [])
         cid = inst[0].id if inst else ""
-        init_statuses.append(container_status(c, inst, waiting.get(c["name"]), "PodInitializing", False,
-                                              bool(inst) and started.get(cid, True), prefix, init=True))
-    initialized = all((s["state"].get("terminated") or {}).get("exitCode") == 0 for s in init_statuses)
+        if sidecars.is_sidecar(c):
+            running = bool(inst) and inst[0].state == CONTAINER_RUNNING
+            entry = container_status(c, inst, waiting.get(c["name"]), "PodInitializing", ready.get(cid, False),
+                                     sidecars.started(c, running, started.get(cid)), prefix)
+        else:
+            entry = container_status(c, inst, waiting.get(c["name"]), "PodInitializing", False,
+                                     bool(inst) and started.get(cid, True), prefix, init=True)
+        init_statuses.append(entry)
+    restartable = sidecars.names(spec)
+    apps_began = any(by_name.get(c["name"]) for c in spec.get("containers") or [])
+
+    def init_done(s: dict[str, Any]) -> bool:
+        if s["name"] in restartable:
+            return bool(s["started"]) or apps_began
+        return (s["state"].get("terminated") or {}).get("exitCode") == 0
+
+    initialized = all(init_done(s) for s in init_statuses)
     statuses = []
     for c in spec.get("containers") or []:
         inst = by_name.get(c["name"], [])
@@ -206,7 +228,7 @@ def build_status(
     sandbox_ok = sandbox is not None and sandbox.ready and phase not in ("Succeeded", "Failed")
     conditions.append(_condition(old_conds, "PodReadyToStartContainers", sandbox_ok, now=now))
     if init_specs and not initialized:
-        pending = [s["name"] for s in init_statuses if (s["state"].get("terminated") or {}).get("exitCode") != 0]
+        pending = [s["name"] for s in init_statuses if not init_done(s)]
         conditions.append(_condition(old_conds, "Initialized", False, "ContainersNotInitialized",
                                      f"containers with incomplete status: [{' '.join(pending)}]", now))
     elif init_specs and phase in ("Succeeded", "Failed"):
@@ -217,7 +239,8 @@ def build_status(
         ready_cond = _condition(old_conds, "Ready", False, "PodCompleted", now=now)
         containers_ready = _condition(old_conds, "ContainersReady", False, "PodCompleted", now=now)
     else:
-        unready = [s["name"] for s in statuses if not s["ready"]]
+        unready = [s["name"] for s in (*(s for s in init_statuses if s["name"] in restartable), *statuses)
+                   if not s["ready"]]
         message = f"containers with unready status: [{' '.join(unready)}]" if unready else ""
         reason = "ContainersNotReady" if unready else ""
         containers_ready = _condition(old_conds, "ContainersReady", not unready, reason, message, now)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubelet_agent.pods import ownership
 from kubelet_agent.pods.env import EnvError, field_value, resource_value
 from kubelet_agent.pods.resolver import Resolver
 from kubelet_agent.pods.util import quantity
@@ -169,23 +170,29 @@ class VolumeManager:
             return MountedVolume(hp["path"])
         if "persistentVolumeClaim" in vol:
             return await self._claim(ns, vol["persistentVolumeClaim"])
+        gid = ownership.fs_group(pod)
         if "emptyDir" in vol:
             path = self.pod_dir(uid) / "volumes" / PLUGIN_DIRS["emptyDir"] / name
-            await self._empty_dir(path, vol["emptyDir"] or {})
+            if await self._empty_dir(path, vol["emptyDir"] or {}) and gid is not None:
+                await asyncio.to_thread(ownership.apply, path, gid, False)
             return MountedVolume(str(path))
         for kind in ("configMap", "secret", "downwardAPI", "projected"):
             if kind in vol:
                 payload = await self._payload(pod, kind, vol[kind] or {}, pod_ip, host_ips)
                 if payload is None:
                     payload = {}
+                if gid is not None:
+                    payload = {rel: (data, ownership.file_mode(mode, True)) for rel, (data, mode) in payload.items()}
                 path = self.pod_dir(uid) / "volumes" / PLUGIN_DIRS[kind] / name
-                await asyncio.to_thread(write_atomic, path, payload)
+                if await asyncio.to_thread(write_atomic, path, payload) and gid is not None:
+                    await asyncio.to_thread(ownership.apply, path, gid, True)
                 return MountedVolume(str(path), readonly=True)
         raise VolumeError(f"volume {name!r}: unsupported volume type")
 
-    async def _empty_dir(self, path: Path, source: dict[str, Any]) -> None:
+    async def _empty_dir(self, path: Path, source: dict[str, Any]) -> bool:
+        """Create the emptyDir unless it exists; True when it was created now."""
         if await asyncio.to_thread(path.is_dir):
-            return
+            return False
         await asyncio.to_thread(path.mkdir, parents=True, exist_ok=True)
         await asyncio.to_thread(os.chmod, path, 0o777)
         if source.get("medium") == "Memory":
@@ -198,6 +205,7 @@ class VolumeManager:
             _, err = await proc.communicate()
             if proc.returncode != 0:
                 raise VolumeError(f"mount tmpfs at {path}: {err.decode().strip()}")
+        return True
 
     async def _claim(self, ns: str, source: dict[str, Any]) -> MountedVolume:
         claim = await self.resolver.pvc(ns, source["claimName"])

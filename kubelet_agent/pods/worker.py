@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from kubelet_agent.cri.types import (
     SandboxInfo,
     SandboxSpec,
 )
+from kubelet_agent.pods import deadline, securitycontext, sidecars, termination
 from kubelet_agent.pods.admission import has_privileged_container
 from kubelet_agent.pods.backoff import RESET_AFTER_RUNNING, Backoff
 from kubelet_agent.pods.env import EnvError, build_env, expand
@@ -106,6 +108,10 @@ class PodWorker:
         self.done = asyncio.Event()
         self.ticket = ctx.gate.ticket() if ctx.gate is not None else 0
         self.evicted: str | None = None
+        #: (reason, message) of a failure the kubelet decided itself, e.g. the active deadline passing
+        self.failed: tuple[str, str] | None = None
+        #: termination messages of exited container instances, by container ID
+        self._messages: dict[str, str] = {}
         self.evict_grace = 0
         self.rejected: tuple[str, str] | None = None
 
@@ -231,9 +237,14 @@ class PodWorker:
         if self.evicted is not None and not self.terminal:
             await self._evict(sandbox, containers)
             return False
+        if not self.terminal and self._deadline_passed():
+            self._event("Normal", deadline.REASON, deadline.MESSAGE)
+            self.failed = (deadline.REASON, deadline.MESSAGE)
+            await self._stop_pod(sandbox, containers, self._grace())
+            return False
         if self.terminal:
             if sandbox is not None and sandbox.ready:
-                await self._kill_all(containers, 0, "pod finished")
+                await self._kill_all(containers, self._grace(), "pod finished")
                 await rt.stop_sandbox(sandbox.id)
             return False
         if sandbox is None or not sandbox.ready:
@@ -257,24 +268,40 @@ class PodWorker:
         containers = await rt.list_containers(self.uid)
         await self._gc_containers(containers)
         running = {c.name: (c.id, self._spec_of(c.name) or {}) for c in self._latest(containers).values()
-                   if c.state == CONTAINER_RUNNING and self._is_app(c.name)}
+                   if c.state == CONTAINER_RUNNING and (self._is_app(c.name) or self._is_sidecar(c.name))}
         self.probes.sync(running, sandbox.ip or (self.ctx.host_ips[0] if self.ctx.host_ips else ""))
+        await self._read_messages(containers)
         self._publish(sandbox, containers)
-        if self.terminal:
+        if self.terminal or self._deadline_passed():
             self.wake()
         return False
 
+    def _deadline_passed(self) -> bool:
+        """Whether spec.activeDeadlineSeconds has run out; if not, wake when it will."""
+        left = deadline.seconds_left(self.spec, self.ctx.status.sent(self.uid) or self.api_status)
+        if left is None:
+            return False
+        if left > 0:
+            self._after(left)
+        return left <= 0
+
     async def _evict(self, sandbox: SandboxInfo | None, containers: list[ContainerInfo]) -> None:
-        rt = self.ctx.runtime
         self._event("Warning", "Evicted", self.evicted or "")
+        await self._stop_pod(sandbox, containers, self.evict_grace)
+
+    async def _stop_pod(self, sandbox: SandboxInfo | None, containers: list[ContainerInfo], grace: int) -> None:
+        """Kill every container within `grace` and stop the sandbox: the pod is finished for good."""
+        rt = self.ctx.runtime
         await self.probes.stop()
-        await self._kill_all(containers, self.evict_grace, "evicted")
+        await self._kill_all(containers, grace, "pod failed")
         if sandbox is not None and sandbox.ready:
             with contextlib.suppress(RuntimeError_):
                 await rt.stop_sandbox(sandbox.id)
             sandbox.ready = False
         self.terminal = True
-        self._publish(sandbox, await rt.list_containers(self.uid), terminal=True)
+        containers = await rt.list_containers(self.uid)
+        await self._read_messages(containers)
+        self._publish(sandbox, containers, terminal=True)
 
     def _latest(self, containers: list[ContainerInfo]) -> dict[str, ContainerInfo]:
         return {name: items[0] for name, items in instances_by_name(containers).items()}
@@ -289,10 +316,39 @@ class PodWorker:
     def _is_app(self, name: str) -> bool:
         return any(c["name"] == name for c in self.spec.get("containers") or [])
 
+    def _is_sidecar(self, name: str) -> bool:
+        return name in sidecars.names(self.spec)
+
     def _is_init(self, name: str) -> bool:
         return any(c["name"] == name for c in self.spec.get("initContainers") or [])
 
+    async def _read_messages(self, containers: list[ContainerInfo]) -> None:
+        """Read the termination message of each instance that exited since the last look."""
+        if self.ctx.runtime.simulated:
+            return
+        pod_dir = Path(self.ctx.root_dir, "pods", self.uid)
+        for c in containers:
+            if c.state != CONTAINER_EXITED or c.id in self._messages:
+                continue
+            spec = self._spec_of(c.name) or {}
+            fallback = (spec.get("terminationMessagePolicy") == termination.FALLBACK_TO_LOGS and c.exit_code != 0
+                        and c.reason != "ContainerCannotRun")
+            log_file = Path(self._log_directory(), c.name, f"{c.attempt}.log") if fallback else None
+            self._messages[c.id] = await asyncio.to_thread(
+                termination.read_message, termination.message_file(pod_dir, c.name, c.attempt), log_file)
+
+    def _with_messages(self, containers: list[ContainerInfo]) -> list[ContainerInfo]:
+        """The runtime's own message (an OOM kill, say) first, then what the container left, as upstream."""
+        out = []
+        for c in containers:
+            text = self._messages.get(c.id)
+            if text:
+                c = dataclasses.replace(c, message=f"{c.message}: {text}" if c.message else text)
+            out.append(c)
+        return out
+
     def _publish(self, sandbox: SandboxInfo | None, containers: list[ContainerInfo], terminal: bool = False) -> None:
+        containers = self._with_messages(containers)
         status = build_status(
             self.pod, sandbox=sandbox, containers=containers, waiting=self.waiting, ready=self.probes.ready,
             started=self.probes.started, host_ips=self.ctx.host_ips, runtime_name=self.ctx.runtime.name,
@@ -307,10 +363,13 @@ class PodWorker:
                                                       "reason": "TerminationByKubelet", "message": self.evicted}
             status["conditions"] = [c for c in status["conditions"] if c.get("type") != "DisruptionTarget"]
             status["conditions"].insert(0, target)
+        if self.failed is not None:
+            status["phase"], status["reason"], status["message"] = "Failed", *self.failed
         if self.rejected is not None:
             status = {"phase": "Failed", "reason": self.rejected[0], "message": self.rejected[1],
                       "qosClass": status["qosClass"], "startTime": status["startTime"],
                       "conditions": list(self.api_status.get("conditions") or [])}
+        termination.cap_messages(self.spec, status)
         if status["phase"] in ("Succeeded", "Failed"):
             self.terminal = True
         ns, name = self.status_target or (self.meta.get("namespace", ""), self.meta.get("name", ""))
@@ -347,10 +406,13 @@ class PodWorker:
             hostname=hostname, host_network=host_network, host_pid=bool(spec.get("hostPID")),
             host_ipc=bool(spec.get("hostIPC")), dns_servers=servers, dns_searches=searches, dns_options=options,
             port_mappings=ports, labels=labels, annotations=dict(meta.get("annotations") or {}),
-            log_directory=f"/var/log/pods/{meta.get('namespace')}_{meta['name']}_{self.uid}",
+            log_directory=self._log_directory(),
             sysctls={s["name"]: s["value"] for s in (spec.get("securityContext") or {}).get("sysctls") or []},
             privileged=has_privileged_container(spec),
         )
+
+    def _log_directory(self) -> str:
+        return f"/var/log/pods/{self.meta.get('namespace')}_{self.meta['name']}_{self.uid}"
 
     def _dns(self) -> tuple[list[str], list[str], list[str]]:
         """resolv.conf for the pod from dnsPolicy and dnsConfig, like upstream's dns configurer."""
@@ -419,6 +481,13 @@ class PodWorker:
             if inst is None:
                 await self._start(sandbox, c, 0, None)
                 return
+            if sidecars.is_sidecar(c):
+                if inst.state == CONTAINER_EXITED:
+                    await self._restart(sandbox, c, inst)
+                if not any(latest.get(app["name"]) for app in self.spec.get("containers") or []) and \
+                        not sidecars.started(c, inst.state == CONTAINER_RUNNING, self.probes.started.get(inst.id)):
+                    return
+                continue
             if inst.state in (CONTAINER_RUNNING, CONTAINER_CREATED):
                 return
             if inst.exit_code == 0:
@@ -548,9 +617,23 @@ class PodWorker:
         mounts = self._mounts_for(spec, env, sandbox)
         if mounts is None:
             return None
+        if not self.ctx.runtime.simulated:
+            message_file = termination.message_file(Path(self.ctx.root_dir, "pods", self.uid), name, attempt)
+            await asyncio.to_thread(termination.prepare, message_file)
+            mounts.append(Mount(spec.get("terminationMessagePath") or termination.DEFAULT_PATH, str(message_file)))
         resources = spec.get("resources") or {}
         limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
         cpu_request = quantity(requests.get("cpu", limits.get("cpu", 0)))
+        security = securitycontext.effective(self.spec, spec)
+        if security.run_as_non_root and not self.ctx.runtime.simulated:
+            pod_text = f"{meta['name']}_{meta.get('namespace', '')}({self.uid})"
+            violation = securitycontext.non_root_violation(security, await self.ctx.runtime.image_status(image),
+                                                           pod_text, name)
+            if violation is not None:
+                self.waiting[name] = ("CreateContainerConfigError", violation)
+                self._event("Warning", "Failed", f"Error: {violation}", name)
+                self._after(5.0)
+                return None
         return ContainerSpec(
             name=name, image=image, attempt=attempt,
             command=[expand(a, env) for a in spec.get("command") or []],
@@ -560,16 +643,16 @@ class PodWorker:
                     LABEL_POD_UID: self.uid, LABEL_CONTAINER_NAME: name},
             annotations={ANNOTATION_HASH: container_hash(spec), ANNOTATION_RESTART_COUNT: str(attempt),
                          ANNOTATION_TERMINATION_MESSAGE_PATH: spec.get("terminationMessagePath")
-                         or "/dev/termination-log",
+                         or termination.DEFAULT_PATH,
                          "io.kubernetes.pod.terminationGracePeriod": str(self._grace())},
             log_path=f"{name}/{attempt}.log", stdin=bool(spec.get("stdin")), stdin_once=bool(spec.get("stdinOnce")),
             tty=bool(spec.get("tty")), cpu_shares=cpu_shares(cpu_request) if not self.ctx.runtime.simulated else 0,
             cpu_quota=cpu_quota(quantity(limits.get("cpu", 0))), cpu_period=100_000 if limits.get("cpu") else 0,
             memory_limit=int(quantity(limits.get("memory", 0))),
-            privileged=bool((spec.get("securityContext") or {}).get("privileged")),
-            run_as_user=(spec.get("securityContext") or {}).get(
-                "runAsUser", (self.spec.get("securityContext") or {}).get("runAsUser")),
-            readonly_rootfs=bool((spec.get("securityContext") or {}).get("readOnlyRootFilesystem")),
+            privileged=security.privileged, run_as_user=security.run_as_user, run_as_group=security.run_as_group,
+            supplemental_groups=security.supplemental_groups, no_new_privs=security.no_new_privs,
+            add_capabilities=security.add_capabilities, drop_capabilities=security.drop_capabilities,
+            readonly_rootfs=security.readonly_rootfs,
             init=self._is_init(name), pid_target=pid_target,
         )
 
@@ -602,11 +685,6 @@ class PodWorker:
             hosts.parent.mkdir(parents=True, exist_ok=True)
             hosts.write_text(self._hosts_file(sandbox.ip))
             mounts.append(Mount("/etc/hosts", str(hosts)))
-        term = spec.get("terminationMessagePath") or "/dev/termination-log"
-        term_file = pod_dir / "containers" / spec["name"] / "termination-log"
-        term_file.parent.mkdir(parents=True, exist_ok=True)
-        term_file.write_bytes(b"")
-        mounts.append(Mount(term, str(term_file)))
         return mounts
 
     def _hosts_file(self, ip: str) -> str:
@@ -673,15 +751,23 @@ class PodWorker:
     async def _remove_older(self, name: str, keep: set[str]) -> None:
         for c in await self.ctx.runtime.list_containers(self.uid):
             if c.name == name and c.id not in keep and c.state == CONTAINER_EXITED:
-                await self.ctx.runtime.remove_container(c.id)
+                await self._remove_instance(c)
+
+    async def _remove_instance(self, c: ContainerInfo) -> None:
+        """Remove an exited container instance, and its termination message file with it."""
+        await self.ctx.runtime.remove_container(c.id)
+        self._messages.pop(c.id, None)
+        path = termination.message_file(Path(self.ctx.root_dir, "pods", self.uid), c.name, c.attempt)
+        await asyncio.to_thread(path.unlink, missing_ok=True)
 
     async def _gc_containers(self, containers: list[ContainerInfo]) -> None:
-        """Keep the newest two instances of each container (current state and lastState)."""
+        """Keep the newest two instances of each container (current state and lastState), and their
+        termination message files."""
         for items in instances_by_name(containers).values():
             for old in items[2:]:
                 if old.state == CONTAINER_EXITED:
                     with contextlib.suppress(RuntimeError_):
-                        await self.ctx.runtime.remove_container(old.id)
+                        await self._remove_instance(old)
 
     async def _handle_kill_requests(self, containers: list[ContainerInfo]) -> None:
         if not self.kill_requests:
@@ -721,8 +807,13 @@ class PodWorker:
             log.warning("stop container failed", container=c.id, error=str(exc))
 
     async def _kill_all(self, containers: list[ContainerInfo], grace: int, why: str) -> None:
+        """Stop the pod's containers within `grace`: sidecars after everything else, with what is left."""
         running = [c for c in containers if c.state in (CONTAINER_RUNNING, CONTAINER_CREATED)]
-        await asyncio.gather(*(self._kill(c, grace) for c in running))
+        later = sidecars.names(self.spec)
+        deadline_at = time.monotonic() + grace
+        await asyncio.gather(*(self._kill(c, grace) for c in running if c.name not in later))
+        left = max(0, int(round(deadline_at - time.monotonic())))
+        await asyncio.gather(*(self._kill(c, left) for c in running if c.name in later))
 
     # -- termination -------------------------------------------------------------------------------
 
@@ -748,6 +839,7 @@ class PodWorker:
             latest = max(sandboxes, key=lambda s: s.attempt, default=None)
             if latest is not None:
                 latest.ready = False
+            await self._read_messages(containers)
             self._publish(latest, containers, terminal=True)
             await self.ctx.status.flush_one(self.uid)
         for s in sandboxes:

@@ -22,11 +22,12 @@ import orjson
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kubelet_agent.cri.logfile import parse_timestamp
 from kubelet_agent.pods.netns import Dialer
 from kubelet_agent.server import stats
 from kubelet_agent.server.auth import AuthError, KubeletAuth
 from kubelet_agent.server.cri_streaming import Container, CRIError, CRIStreaming
-from kubelet_agent.server.logs import LogOptions, parse_timestamp, read_logs
+from kubelet_agent.server.logs import LogOptions, read_logs
 from kubelet_agent.server.streaming import (
     PORTFORWARD_PROTOCOLS,
     PROTOCOL_HEADER,

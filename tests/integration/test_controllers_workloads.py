@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from services.api.meta import parse_time
@@ -511,6 +512,86 @@ async def test_suspended_job_and_ttl(client: Client, kubelet: Proc, unique_ns: s
         return not (await client.list(JOBS, ns))["items"] and not (await client.list(PODS, ns))["items"]
 
     await eventually(gone, within=30, what="job and its pods deleted after the TTL")
+
+
+def endless_job(name: str, parallelism: int) -> dict[str, Any]:
+    """A Job whose pods run until they are deleted."""
+    obj = job(name, parallelism=parallelism, completions=parallelism)
+    del obj["spec"]["template"]["metadata"]["annotations"]
+    return obj
+
+
+async def running_job_pods(client: Client, ns: str, name: str, count: int) -> list[dict[str, Any]] | None:
+    pods = [p for p in (await client.list(PODS, ns, label_selector={"job-name": name}))["items"]
+            if (p.get("status") or {}).get("phase") == "Running"]
+    return pods if len(pods) == count else None
+
+
+async def test_deleting_a_job_in_the_background_deletes_its_pods(
+    client: Client, cluster: Cluster, kubelet: Proc, kubectl: Kubectl, unique_ns: str
+) -> None:
+    ns = unique_ns
+    for name in ("by-kubectl", "by-api", "kept"):
+        await client.create(JOBS, endless_job(name, 2), ns)
+    for name in ("by-kubectl", "by-api", "kept"):
+        pods = await eventually(lambda n=name: running_job_pods(client, ns, n, 2), what=f"{name} pods running")
+        for pod in pods:
+            ref = pod["metadata"]["ownerReferences"][0]
+            assert (ref["kind"], ref["name"], ref["controller"], ref["blockOwnerDeletion"]) == ("Job", name, True, True)
+    kubectl.run("delete", "job", "by-kubectl", "-n", ns)  # kubectl's default cascade is background
+    await client.delete(JOBS, "by-api", ns, propagation_policy="Background")
+    for name in ("by-kubectl", "by-api"):
+        async def pods_gone(n: str = name) -> bool:
+            return not (await client.list(PODS, ns, label_selector={"job-name": n}))["items"]
+
+        await eventually(pods_gone, within=30, what=f"the pods of {name} deleted with it")
+    # batch/v1 without a policy orphans, as upstream, and says so in a warning
+    async with httpx.AsyncClient(base_url=cluster.url) as raw:
+        answer = await raw.delete(f"/apis/batch/v1/namespaces/{ns}/jobs/kept")
+    assert answer.status_code == 200
+    assert "child pods are preserved by default when jobs are deleted" in answer.headers["warning"]
+
+    async def released() -> list[dict[str, Any]] | None:
+        with contextlib.suppress(NotFound):
+            await client.get(JOBS, "kept", ns)
+            return None
+        pods = await running_job_pods(client, ns, "kept", 2)
+        if pods and all(not p["metadata"].get("ownerReferences") and "batch.kubernetes.io/job-tracking"
+                        not in (p["metadata"].get("finalizers") or []) for p in pods):
+            return pods
+        return None
+
+    await eventually(released, within=30, what="the kept job's pods orphaned, running, without its finalizer")
+
+
+async def test_job_adopts_matching_orphans_and_releases_pods_that_stop_matching(
+    client: Client, kubelet: Proc, unique_ns: str
+) -> None:
+    ns = unique_ns
+    await client.create(JOBS, endless_job("adopter", 2), ns)
+    pods = await eventually(lambda: running_job_pods(client, ns, "adopter", 2), what="job pods running")
+    uid = (await client.get(JOBS, "adopter", ns))["metadata"]["uid"]
+    orphan = pods[0]["metadata"]["name"]
+    await client.patch(PODS, orphan, [{"op": "remove", "path": "/metadata/ownerReferences"}], ns, patch_type="json")
+
+    async def adopted() -> bool:
+        pod = await client.get(PODS, orphan, ns)
+        refs = pod["metadata"].get("ownerReferences") or []
+        return [(r["uid"], r.get("controller"), r.get("blockOwnerDeletion")) for r in refs] == [(uid, True, True)]
+
+    await eventually(adopted, within=30, what="the orphaned pod adopted again")
+    stray = pods[1]["metadata"]["name"]
+    await client.patch(PODS, stray, [{"op": "replace", "path": "/metadata/labels", "value": {}}], ns,
+                       patch_type="json")
+
+    async def released() -> bool:
+        meta = (await client.get(PODS, stray, ns))["metadata"]
+        tracked = "batch.kubernetes.io/job-tracking" in (meta.get("finalizers") or [])
+        return not meta.get("ownerReferences") and not tracked
+
+    await eventually(released, within=30, what="the pod that stopped matching released")
+    # the job replaces the released pod to keep two running
+    await eventually(lambda: running_job_pods(client, ns, "adopter", 2), within=30, what="a replacement pod")
 
 
 # -- CronJob ------------------------------------------------------------------------------------------

@@ -14,16 +14,9 @@ import orjson
 import pytest
 
 from apiserver.endpoints import proxy
+from kubelet_agent.cri.logfile import format_timestamp, parse_record, parse_timestamp
 from kubelet_agent.server import spdy
-from kubelet_agent.server.logs import (
-    CHUNK,
-    LogOptions,
-    format_timestamp,
-    parse_record,
-    parse_timestamp,
-    read_logs,
-    tail_offset,
-)
+from kubelet_agent.server.logs import CHUNK, LogOptions, read_logs, tail_offset
 from kubelet_agent.server.server import KubeletServer
 from kubelet_agent.server.streaming import PortForwardTunnel, relay_remote_command, serve_channel_port_forward
 from kubelet_agent.server.ws import WebSocket, _negotiate

@@ -7,6 +7,11 @@ recorded in status.uncountedTerminatedPods, then its finalizer is removed, then 
 the succeeded/failed counters, so no finished pod is lost or counted twice across restarts.
 A job ends in two steps as upstream: FailureTarget/SuccessCriteriaMet while its remaining pods
 terminate, then Failed/Complete.
+
+A job claims its pods like the ReplicaSet (adopting matching orphans with the tracking finalizer,
+releasing pods that stopped matching). A pod that still carries the finalizer but whose job is gone,
+finished or no longer its controller is queued as an orphan and loses the finalizer, so the pods of
+a deleted job do not hang in Terminating.
 """
 
 from __future__ import annotations
@@ -31,19 +36,23 @@ from controller_manager.controllers.job.policy import (
 )
 from controller_manager.expectations import Expectations
 from controller_manager.podutil import (
+    ORPHANS_INDEX,
     SLOW_START_INITIAL_BATCH,
     BatchError,
     controller_ref,
+    index_orphans,
     is_ready,
     pod_from_template,
     pods_to_delete,
+    selector_of,
     slow_start_batch,
 )
+from controller_manager.refmanager import claim_pods
 from controller_manager.resources import JOBS, PODS
 from services.api.conditions import true_condition
 from services.api.meta import parse_time
-from services.api.selectors import LabelSelector
 from services.client import NotFound
+from services.informers import OWNER_UID_INDEX, meta_namespace_key
 
 NAME = "job"
 
@@ -54,6 +63,8 @@ COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
 #: upstream's MaxUncountedPods / MaxPodCreateDeletePerSync
 MAX_UNCOUNTED = 500
 MAX_PER_SYNC = 500
+#: queue keys of pods whose tracking finalizer may have to go (upstream's orphanQueue)
+ORPHAN_KEY = "orphan-pod:"
 
 Obj = dict[str, Any]
 
@@ -205,11 +216,10 @@ class JobController(QueueController):
         self.backoff: dict[str, BackoffRecord] = {}
         #: pods whose tracking finalizer we removed and whose update the pod cache has not shown yet
         self.finalizer_removed: set[str] = set()
+        self.pods.store.add_indexers({ORPHANS_INDEX: index_orphans})
         super().__init__("job", [self.jobs, self.pods], int(ctx.options.concurrent_job_syncs))
         self.jobs.add_event_handler(self.enqueue, lambda old, new: self.enqueue(new), self._job_deleted)
-        self.pods.add_event_handler(
-            self._pod_added, lambda old, new: self._pod_changed(new), self._pod_deleted
-        )
+        self.pods.add_event_handler(self._pod_added, self._pod_changed, self._pod_deleted)
 
     # -- handlers ----------------------------------------------------------------------------------
 
@@ -218,6 +228,19 @@ class JobController(QueueController):
         self.expectations.delete(key)
         self.backoff.pop(key, None)
         self.enqueue(job)
+        for pod in self.pods.store.by_index(OWNER_UID_INDEX, job["metadata"].get("uid", ""), ordered=False):
+            if has_finalizer(pod):
+                self._enqueue_orphan(pod)
+
+    def _enqueue_orphan(self, pod: Obj) -> None:
+        self.queue.add(ORPHAN_KEY + meta_namespace_key(pod))
+
+    def _matching_jobs(self, pod: Obj) -> list[Obj]:
+        """Jobs whose selector takes an orphan in: they may adopt it."""
+        labels = (pod.get("metadata") or {}).get("labels")
+        if not labels:
+            return []
+        return [j for j in self.jobs.list(pod["metadata"].get("namespace")) if selector_of(j).matches(labels)]
 
     def _owner(self, pod: Obj) -> Obj | None:
         ref = controller_ref(pod)
@@ -233,13 +256,30 @@ class JobController(QueueController):
         if job is not None:
             self.expectations.creation_observed(self._key(job))
             self.enqueue(job)
+        self._route_unowned(pod, job)
 
-    def _pod_changed(self, pod: Obj) -> None:
+    def _pod_changed(self, old: Obj, pod: Obj) -> None:
         if not has_finalizer(pod):
             self.finalizer_removed.discard(pod["metadata"].get("uid"))
+        old_ref, new_ref = controller_ref(old), controller_ref(pod)
+        if old_ref is not None and (new_ref is None or old_ref.get("uid") != new_ref.get("uid")):
+            previous = self._owner(old)
+            if previous is not None:
+                self.enqueue(previous)
         job = self._owner(pod)
         if job is not None:
             self.enqueue(job)
+        self._route_unowned(pod, job)
+
+    def _route_unowned(self, pod: Obj, job: Obj | None) -> None:
+        """A pod no live job controls: jobs that select it may adopt it; its finalizer may have to go."""
+        if job is not None and not is_finished(job):
+            return
+        if has_finalizer(pod):
+            self._enqueue_orphan(pod)
+        if controller_ref(pod) is None:
+            for candidate in self._matching_jobs(pod):
+                self.enqueue(candidate)
 
     def _pod_deleted(self, pod: Obj) -> None:
         self.finalizer_removed.discard(pod["metadata"].get("uid"))
@@ -254,31 +294,59 @@ class JobController(QueueController):
 
     # -- sync --------------------------------------------------------------------------------------
 
-    def _job_pods(self, job: Obj) -> list[Obj]:
+    def _owned_pods(self, job: Obj) -> list[Obj]:
+        """Pods whose controller reference is this job, whatever their labels."""
         uid = job["metadata"]["uid"]
-        try:
-            selector = LabelSelector.from_dict((job.get("spec") or {}).get("selector"))
-        except ValueError:
-            selector = LabelSelector.nothing()
         return [
             p
-            for p in self.pods.list(job["metadata"]["namespace"])
-            if (controller_ref(p) or {}).get("uid") == uid and selector.matches(p["metadata"].get("labels"))
+            for p in self.pods.store.by_index(OWNER_UID_INDEX, uid)
+            if (controller_ref(p) or {}).get("uid") == uid
         ]
 
+    def _job_pods(self, job: Obj) -> list[Obj]:
+        """The job's pods as the cache has them: owned and selected."""
+        selector = selector_of(job)
+        return [p for p in self._owned_pods(job) if selector.matches(p["metadata"].get("labels"))]
+
+    async def _claim(self, job: Obj) -> list[Obj]:
+        """The job's pods after adopting matching orphans and releasing pods that stopped matching."""
+        orphans = self.pods.store.by_index(ORPHANS_INDEX, job["metadata"]["namespace"])
+        return await claim_pods(
+            self.client, JOBS, job, selector_of(job), self._owned_pods(job), orphans,
+            finalizers=(TRACKING_FINALIZER,), keep_inactive=True,
+        )
+
     async def sync(self, key: str) -> None:
+        if key.startswith(ORPHAN_KEY):
+            await self._sync_orphan(key.removeprefix(ORPHAN_KEY))
+            return
         namespace, _, name = key.partition("/")
         job = self.jobs.get(name, namespace)
         if job is None:
             return
-        pods = self._job_pods(job)
         if is_finished(job) or job["metadata"].get("deletionTimestamp"):
-            await self._remove_finalizers([p for p in pods if has_finalizer(p)])
+            await self._remove_finalizers([p for p in self._job_pods(job) if has_finalizer(p)])
             return
-        await JobSync(self, key, job, pods).run()
+        await JobSync(self, key, job, await self._claim(job)).run()
 
-    async def _remove_finalizers(self, pods: list[Obj]) -> set[str]:
-        """Drop the tracking finalizer; returns the uids whose finalizer is gone (or whose pod is gone)."""
+    async def _sync_orphan(self, key: str) -> None:
+        """Drop the tracking finalizer of a pod no running job controls (upstream's syncOrphanPod)."""
+        namespace, _, name = key.partition("/")
+        pod = self.pods.get(name, namespace)
+        if pod is None or not has_finalizer(pod):
+            return
+        job = self._owner(pod)
+        if job is not None and not is_finished(job):
+            return
+        await self._remove_finalizers([pod], unchanged=True)
+
+    async def _remove_finalizers(self, pods: list[Obj], unchanged: bool = False) -> set[str]:
+        """Drop the tracking finalizer; returns the uids whose finalizer is gone (or whose pod is gone).
+
+        `unchanged` makes each removal apply only to the version of the pod the cache holds: an orphan
+        a job adopted meanwhile (the adoption adds the finalizer back) keeps it, and its update event
+        brings the pod back here if it is still an orphan.
+        """
 
         async def one(pod: Obj) -> str | None:
             meta = pod["metadata"]
@@ -287,6 +355,8 @@ class JobController(QueueController):
                 {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
                 {"op": "replace", "path": "/metadata/finalizers", "value": finalizers},
             ]
+            if unchanged:
+                patch.insert(1, {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]})
             self.finalizer_removed.add(str(meta["uid"]))
             try:
                 await self.client.patch(PODS, meta["name"], patch, meta["namespace"], patch_type="json")

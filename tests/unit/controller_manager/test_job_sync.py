@@ -114,3 +114,68 @@ async def test_failures_within_the_backoff_limit_are_replaced_after_the_backoff(
         env.api.clear_actions()
         await env.sync("ns/work")
         assert len(env.api.writes("pods", "create")) == 1
+
+
+async def test_the_job_adopts_matching_orphans_and_releases_pods_that_stop_matching() -> None:
+    orphan = a_pod("orphan", "Running")
+    del orphan["metadata"]["ownerReferences"]
+    orphan["metadata"]["finalizers"] = []
+    stray = a_pod("stray", "Running")
+    stray["metadata"]["labels"] = {"other": "x"}
+    seed = [(JOBS, a_job(completions=None, parallelism=2)), (PODS, orphan), (PODS, stray)]
+    async with harness(job, seed) as env:
+        await env.sync("ns/work")
+        adopted = env.api.get(PODS, "orphan", "ns")
+        refs = adopted["metadata"]["ownerReferences"]
+        assert [(r["uid"], r["controller"], r["blockOwnerDeletion"]) for r in refs] == [(UID, True, True)]
+        assert TRACKING_FINALIZER in adopted["metadata"]["finalizers"]
+        released = env.api.get(PODS, "stray", "ns")
+        assert not released["metadata"].get("ownerReferences")
+        assert TRACKING_FINALIZER not in (released["metadata"].get("finalizers") or [])
+        # the adopted pod counts toward parallelism: one more pod, not two
+        assert len(env.api.writes("pods", "create")) == 1
+        stored = env.api.get(JOBS, "work", "ns")
+        assert stored is not None and stored["status"]["active"] == 1  # the adopted pod; the new one next sync
+
+
+async def test_a_deleting_job_adopts_nothing() -> None:
+    orphan = a_pod("orphan", "Running")
+    del orphan["metadata"]["ownerReferences"]
+    deleting = a_job(completions=None, parallelism=2)
+    deleting["metadata"].update({"deletionTimestamp": now_rfc3339(), "finalizers": ["orphan"]})
+    async with harness(job, [(JOBS, deleting), (PODS, orphan)]) as env:
+        await env.sync("ns/work")
+        assert not env.api.get(PODS, "orphan", "ns")["metadata"].get("ownerReferences")
+
+
+async def test_pods_of_a_deleted_job_lose_their_tracking_finalizer() -> None:
+    """The GC deletes a background-deleted job's pods; without this they would stay Terminating."""
+    gone = a_pod("left", "Running")
+    gone["metadata"]["deletionTimestamp"] = now_rfc3339()
+    async with harness(job, [(PODS, gone)]) as env:
+        queued = set()
+        while len(env.controller.queue):
+            key = await env.controller.queue.get()
+            queued.add(key)
+            env.controller.queue.done(key)
+        assert queued == {"orphan-pod:ns/left"}
+        await env.sync("orphan-pod:ns/left")
+        assert env.api.get(PODS, "left", "ns") is None  # its last finalizer gone, the deletion completed
+
+
+async def test_pods_a_running_job_controls_keep_their_tracking_finalizer() -> None:
+    async with harness(job, [(JOBS, a_job(completions=1, parallelism=1)), (PODS, a_pod("mine", "Running"))]) as env:
+        await env.sync("orphan-pod:ns/mine")
+        assert TRACKING_FINALIZER in env.api.get(PODS, "mine", "ns")["metadata"]["finalizers"]
+
+
+async def test_an_orphan_adopted_since_the_cache_saw_it_keeps_its_tracking_finalizer() -> None:
+    orphan = a_pod("orphan", "Running")
+    del orphan["metadata"]["ownerReferences"]
+    async with harness(job, [(JOBS, a_job(completions=1, parallelism=1)), (PODS, orphan)]) as env:
+        await env.caught_up()
+        adopted = env.api.get(PODS, "orphan", "ns")
+        adopted["metadata"]["ownerReferences"] = a_pod("x", "Running")["metadata"]["ownerReferences"]
+        env.update(PODS, adopted)  # the job's adoption, not yet in the controller's cache
+        await env.controller.sync("orphan-pod:ns/orphan")
+        assert TRACKING_FINALIZER in env.api.get(PODS, "orphan", "ns")["metadata"]["finalizers"]

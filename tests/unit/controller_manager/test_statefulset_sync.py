@@ -82,3 +82,15 @@ async def test_scale_down_removes_the_highest_ordinal_first_one_at_a_time() -> N
         await env.sync("ns/web")
         assert [a.name for a in env.api.writes("pods", "delete")] == ["web-1"]
         assert [p["metadata"]["name"] for p in env.api.list(PODS, "ns")] == ["web-0"]
+
+
+async def test_a_set_being_deleted_adopts_no_orphan_even_from_a_stale_cache() -> None:
+    orphan = owned_pod(0)
+    del orphan["metadata"]["ownerReferences"]
+    async with harness(statefulset, [(STATEFUL_SETS, sts(1)), (PODS, orphan)]) as env:
+        await env.caught_up()
+        going = env.api.get(STATEFUL_SETS, "web", "ns")
+        going["metadata"].update({"deletionTimestamp": "2024-01-01T00:00:00Z", "finalizers": ["orphan"]})
+        env.update(STATEFUL_SETS, going)  # the controller's cache has not seen this yet
+        await env.controller.sync("ns/web")
+        assert not env.api.get(PODS, "web-0", "ns")["metadata"].get("ownerReferences")

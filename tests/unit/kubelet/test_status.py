@@ -81,3 +81,31 @@ def test_transition_time_kept_when_unchanged() -> None:
     s = status(pod(), [c], ready={c.id: True}, old=old)
     assert next(x for x in s["conditions"] if x["type"] == "Ready")["lastTransitionTime"] == "2020-01-01T00:00:00Z"
     assert same_status(s, dict(s)) and not same_status(s, {**s, "phase": "Pending"})
+
+
+def sidecar_pod() -> dict:
+    p = pod(policy="Never")
+    p["spec"]["initContainers"] = [{"name": "side", "image": "busybox", "restartPolicy": "Always",
+                                    "startupProbe": {"tcpSocket": {"port": 80}}}]
+    return p
+
+
+def test_a_sidecar_initializes_the_pod_once_started_and_counts_for_readiness() -> None:
+    side = container("side", CONTAINER_RUNNING)
+    s = status(sidecar_pod(), [side], started={side.id: False})
+    assert s["phase"] == "Pending"
+    assert {c["type"]: c["status"] for c in s["conditions"]}["Initialized"] == "False"
+    app = container("a", CONTAINER_RUNNING)
+    s = status(sidecar_pod(), [side, app], started={side.id: True, app.id: True}, ready={app.id: True})
+    assert s["phase"] == "Running"
+    conds = {c["type"]: c for c in s["conditions"]}
+    assert conds["Initialized"]["status"] == "True"
+    assert conds["Ready"]["status"] == "False" and "side" in conds["Ready"]["message"]
+    entry = s["initContainerStatuses"][0]
+    assert entry["started"] and entry["state"]["running"] and not entry["ready"]
+
+
+def test_the_pod_finishes_with_its_app_containers_whatever_its_sidecar_does() -> None:
+    side = container("side", CONTAINER_RUNNING)
+    s = status(sidecar_pod(), [side, container("a", CONTAINER_EXITED, code=0)], started={side.id: True})
+    assert s["phase"] == "Succeeded"
