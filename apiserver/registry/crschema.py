@@ -122,6 +122,17 @@ def apply_defaults(schema: dict[str, Any], obj: dict[str, Any]) -> None:
     _default(schema, obj, root=True)
 
 
+def has_defaults(schema: dict[str, Any]) -> bool:
+    """Whether any node of the schema declares a `default`."""
+    if "default" in schema:
+        return True
+    subs = list((schema.get("properties") or {}).values())
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            subs.append(schema[key])
+    return any(isinstance(sub, dict) and has_defaults(sub) for sub in subs)
+
+
 def _default(node: Any, value: Any, root: bool = False) -> None:
     if not isinstance(node, dict):
         return

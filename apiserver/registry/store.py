@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from apiserver.auth.admission import Admission
-from apiserver.registry import conversion
+from apiserver.registry import conversion, crschema
 from apiserver.registry.strategy import Obj, Strategy
 from apiserver.storage.cache import Entry, ResourceCache, WatchCache, decode
 from apiserver.storage.etcd import KV, Compacted, EtcdStore, KeyExists, RevisionMismatch
@@ -124,7 +124,10 @@ class RESTStore:
         self.ctx = ctx
         self.prefix = f"{ctx.root}{res.etcd_prefix}/"
         self.cache: ResourceCache = ctx.cache.register(self.prefix)
-        self._converts = conversion.needs_conversion(res)
+        # Custom objects stored before a default was added to their schema get it on every read, as
+        # upstream's storage codec defaults what it decodes from etcd.
+        self._defaults_on_read = bool(res.custom and res.schema and crschema.has_defaults(res.schema))
+        self._converts = conversion.needs_conversion(res) or self._defaults_on_read
         # Seconds each write keeps the object in etcd (upstream's TTLFunc); 0 for resources that never expire.
         ttl = getattr(strategy, "ttl", None)
         self.ttl: int = ttl(ctx) if ttl is not None else 0
@@ -143,6 +146,10 @@ class RESTStore:
     def out(self, obj: Obj, *, own: bool = False) -> Obj:
         """A stored object as this resource's version shows it; `own` when nobody else holds `obj`
         (a freshly written object), so the converted view need not copy it."""
+        if self._defaults_on_read:
+            obj = orjson.loads(orjson.dumps(obj)) if not own else obj
+            crschema.apply_defaults(self.res.schema or {}, obj)
+            own = True
         if self._converts:
             return conversion.from_storage(self.res, obj, shared=own)
         return obj
