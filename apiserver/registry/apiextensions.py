@@ -53,6 +53,8 @@ class CustomResourceDefinitionStrategy(Strategy):
     """Upstream's apiextensions validation for the fields that decide what gets served."""
 
     uses_generation = True
+    # Finalizers stay writable: upstream's CRD finalizer removes its own through the status subresource.
+    status_resets_metadata = ("labels", "annotations", "ownerReferences")
 
     def defaults(self, obj: Obj) -> None:
         spec = obj.setdefault("spec", {})
@@ -144,6 +146,8 @@ class CustomResourceStrategy(Strategy):
     """Custom resources: the CRD version's structural schema prunes, defaults and validates them."""
 
     uses_generation = True
+    # Upstream's custom-resource status strategy keeps the whole old object but status and managedFields.
+    status_resets_metadata = ("labels", "annotations", "finalizers", "ownerReferences", "generateName")
 
     def defaults(self, obj: Obj) -> None:
         schema = self.resource.schema

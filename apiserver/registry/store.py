@@ -563,11 +563,6 @@ class RESTStore:
         m = new["metadata"]
         if subresource == "status":
             self.strategy.prepare_for_status_update(new, old)
-            for f in ("labels", "annotations", "finalizers", "ownerReferences"):
-                if f in om:
-                    m[f] = om[f]
-                else:
-                    m.pop(f, None)
             causes = self.strategy.validate_status_update(new, old)
         elif subresource == "finalize":
             self.strategy.prepare_for_finalize(new, old)
