@@ -155,7 +155,8 @@ class RESTStore:
         return obj
 
     def _encode(self, obj: Obj) -> bytes:
-        stored = conversion.to_storage(self.res, obj, shared=True) if self._converts else obj
+        """The bytes etcd keeps for an object already in the storage version."""
+        stored = obj
         m = stored.get("metadata", {})
         if "resourceVersion" in m or "selfLink" in m:
             stored = dict(stored)
@@ -416,6 +417,8 @@ class RESTStore:
         await self._check_namespace(namespace, name)
         if self.ctx.admission is not None:
             await self.ctx.admission.validate_create(self.res, obj, opts.dry_run)
+        if self._converts:
+            obj = conversion.to_storage(self.res, obj)
         return await self._store_new(obj, name, opts.dry_run)
 
     def _keys(self, allocated: dict[str, bytes]) -> dict[str, bytes]:
