@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from apiserver.registry.base import MetaStrategy, child, get, setdefault
+from apiserver.registry.service_status import default_load_balancer_status, validate_load_balancer_status
 from apiserver.registry.strategy import Allocation, Cause, Obj
 from services.api import errors
 from services.api import validation as v
@@ -104,6 +105,7 @@ class ServiceStrategy(MetaStrategy):
     def defaults(self, obj: Obj) -> None:
         spec = child(obj, "spec")
         setdefault(spec, "type", "ClusterIP")
+        default_load_balancer_status(obj)
         setdefault(spec, "sessionAffinity", "None")
         if spec["sessionAffinity"] == "ClientIP":
             client_ip = child(spec, "sessionAffinityConfig", "clientIP")
@@ -135,6 +137,9 @@ class ServiceStrategy(MetaStrategy):
 
     def prepare_for_create(self, obj: Obj) -> None:
         obj["status"] = {"loadBalancer": {}}
+
+    def validate_status_update(self, new: Obj, old: Obj) -> list[Cause]:
+        return validate_load_balancer_status(new)
 
     def prepare_for_update(self, new: Obj, old: Obj) -> None:
         super().prepare_for_update(new, old)
