@@ -159,6 +159,8 @@ BUILTIN: tuple[Resource, ...] = (
     _r("networking.k8s.io/v1", "IngressClass", "ingressclasses", False),
     _r("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", True, ["netpol"]),
     _r("storage.k8s.io/v1", "StorageClass", "storageclasses", False, ["sc"]),
+    _r("storage.k8s.io/v1", "CSIDriver", "csidrivers", False),
+    _r("storage.k8s.io/v1", "CSIStorageCapacity", "csistoragecapacities", True),
     _r("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False, ["pc"]),
     _r("authentication.k8s.io/v1", "TokenReview", "tokenreviews", False, verbs=("create",)),
     _r("authentication.k8s.io/v1", "SelfSubjectReview", "selfsubjectreviews", False, verbs=("create",)),
