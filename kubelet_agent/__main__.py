@@ -30,7 +30,8 @@ def options(s: Settings) -> KubeletOptions:
                           eviction_soft=s.eviction_soft, eviction_soft_grace_period=s.eviction_soft_grace_period,
                           eviction_minimum_reclaim=s.eviction_minimum_reclaim,
                           eviction_max_pod_grace_period=s.eviction_max_pod_grace_period,
-                          eviction_pressure_transition=s.eviction_pressure_transition, housekeeping=s.housekeeping)
+                          eviction_pressure_transition=s.eviction_pressure_transition, housekeeping=s.housekeeping,
+                          allowed_unsafe_sysctls=list(s.allowed_unsafe_sysctls))
 
 
 def node_config(s: Settings) -> NodeConfig:

@@ -32,6 +32,7 @@ from kubelet_agent.pods.gate import StartGate
 from kubelet_agent.pods.netns import Dialer
 from kubelet_agent.pods.resolver import Resolver
 from kubelet_agent.pods.status import PODS, StatusManager
+from kubelet_agent.pods.sysctl import SysctlAllowlist
 from kubelet_agent.pods.util import qos_class
 from kubelet_agent.pods.volumes import PLUGIN_DIRS, VolumeManager
 from kubelet_agent.pods.worker import NodeContext, PodWorker
@@ -67,6 +68,7 @@ class KubeletOptions:
     eviction_minimum_reclaim: dict[str, str] = field(default_factory=dict)
     eviction_max_pod_grace_period: int = 0
     eviction_pressure_transition: float = 300.0
+    allowed_unsafe_sysctls: list[str] = field(default_factory=list)
 
 
 def read_resolv_conf(path: str) -> tuple[list[str], list[str], list[str]]:
@@ -112,6 +114,7 @@ class Kubelet:
         self.eviction: EvictionManager | None = None
         self._runtime_stats: RuntimeStats | None = None
         self.rejections: EventRecorder | None = None
+        self.sysctls = SysctlAllowlist(options.allowed_unsafe_sysctls)
 
     @property
     def name(self) -> str:
@@ -324,7 +327,8 @@ class Kubelet:
                 pod["metadata"].get("deletionTimestamp"):
             return None
         active = [w.pod for w in self.workers.values() if not w.terminal and w.rejected is None and not w.gone]
-        verdict = admit(pod, self.agent.node or {"metadata": {"name": self.name}}, active, self.agent.allocatable)
+        verdict = self.sysctls.admit(pod) or admit(pod, self.agent.node or {"metadata": {"name": self.name}},
+                                                   active, self.agent.allocatable)
         if verdict is None and self.eviction is not None:
             verdict = admit_under_pressure(pod, self.eviction.pressure, qos_class(pod.get("spec") or {}))
         if verdict is not None and self.rejections is not None:
