@@ -28,6 +28,11 @@ def test_csi_driver_defaults_and_verbs(kubectl: Kubectl, apiserver: str) -> None
                            "fsGroupPolicy": "ReadWriteOnceWithFSType", "volumeLifecycleModes": ["Persistent"],
                            "storageCapacity": False, "requiresRepublish": False, "seLinuxMount": False}
     assert "namespace" not in got["metadata"]
+    table = kubectl.run("get", "csidriver", "csi.conformance.example.com").stdout.split("\n")
+    assert table[0].split() == ["NAME", "ATTACHREQUIRED", "PODINFOONMOUNT", "STORAGECAPACITY", "TOKENREQUESTS",
+                                "REQUIRESREPUBLISH", "MODES", "AGE"]
+    assert table[1].split()[:7] == ["csi.conformance.example.com", "true", "false", "false", "<unset>", "false",
+                                    "Persistent"]
     base = f"{apiserver}{GROUP}/csidrivers"
     listed = httpx.get(base, params={"labelSelector": "e2e=csidriver"}).json()
     assert [i["metadata"]["name"] for i in listed["items"]] == ["csi.conformance.example.com"]
@@ -74,6 +79,8 @@ def test_csi_storage_capacity_verbs(kubectl: Kubectl, apiserver: str, unique_ns:
     name = r.json()["metadata"]["name"]
     assert r.json()["metadata"]["namespace"] == unique_ns and r.json()["capacity"] == "1Gi"
     assert kubectl.json("-n", unique_ns, "get", "csistoragecapacity", name)["storageClassName"] == "e2e-sc"
+    table = kubectl.run("-n", unique_ns, "get", "csistoragecapacities").stdout.split("\n")
+    assert table[0].split() == ["NAME", "STORAGECLASSNAME", "CAPACITY"] and table[1].split() == [name, "e2e-sc", "1Gi"]
     everywhere = httpx.get(f"{apiserver}{GROUP}/csistoragecapacities", params={"labelSelector": "e2e=capacity"})
     assert name in [i["metadata"]["name"] for i in everywhere.json()["items"]]
     with httpx.stream("GET", base, params={"watch": "1", "resourceVersion": "0", "timeoutSeconds": "5"},
