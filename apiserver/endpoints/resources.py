@@ -519,13 +519,18 @@ class ResourceHandler:
                 obj, _ = await store.update(ns, name, body, wopts, subresource=sub)
                 return self._object(obj, rep, res, 200, warnings)
             if verb == "patch" and sub == "status":
-                patch_type, patch = await self._patch_body(request)
+                patch_type, patch, raw = await self._patch_request(request)
+                mode = fieldvalidation.directive(request.query_params.get("fieldValidation"), "PatchOptions")
                 if patch_type == "apply":
+                    warnings = fieldvalidation.apply_warnings(mode, raw)
                     obj, _ = await store.apply(ns, name, patch, wopts, subresource="status")
                 else:
+                    validation = fieldvalidation.PatchValidation(mode, raw, patch_type, _pruner(res),
+                                                                 _patched_types(res))
                     obj = await store.patch(ns, name, patch_type, patch, wopts, subresource="status",
-                                            check=_patched_types(res))
-                return self._object(obj, rep, res)
+                                            check=validation)
+                    warnings = validation.warnings
+                return self._object(obj, rep, res, 200, warnings)
             raise errors.method_not_allowed()
         if sub == "scale" and res.scale is not None:
             return await self._scale(request, store, ns, name, verb, wopts)

@@ -162,3 +162,15 @@ def test_patch_unknown_and_duplicate_fields_per_directive(crds: dict[str, str]) 
                     headers={"content-type": "application/json-patch+json"}, params={"fieldValidation": "Ignore"})
     assert r.status_code == 200 and "warning" not in r.headers
     assert r.json()["spec"] == {"foo": "b"}
+
+
+def test_status_patch_reports_unknown_fields(apiserver: str, unique_ns: str) -> None:
+    base = f"{apiserver}/api/v1/namespaces/{unique_ns}/services"
+    assert httpx.post(base, json={"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}}).status_code == 201
+    merge = {"content-type": "application/merge-patch+json"}
+    r = httpx.patch(f"{base}/s/status", content=b'{"status":{"bogus":1}}', headers=merge,
+                    params={"fieldValidation": "Strict"})
+    assert r.status_code == 422 and r.json()["message"].endswith('strict decoding error: unknown field "status.bogus"')
+    r = httpx.patch(f"{base}/s/status", content=b'{"status":{"bogus":1}}', headers=merge)
+    assert r.status_code == 200 and r.headers["warning"] == '299 - "unknown field \\"status.bogus\\""'
+    assert "bogus" not in httpx.get(f"{base}/s").json()["status"]
