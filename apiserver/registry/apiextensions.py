@@ -45,6 +45,27 @@ def validate_names(names: dict[str, Any], path: str) -> list[Cause]:
     return causes
 
 
+def _storage_version(crd: Obj) -> str:
+    versions = (crd.get("spec") or {}).get("versions") or []
+    return next((v.get("name") or "" for v in versions if isinstance(v, dict) and v.get("storage")), "")
+
+
+def validate_stored_versions(crd: Obj) -> list[Cause]:
+    """Upstream's ValidateCustomResourceDefinitionStoredVersions: status.storedVersions holds the storage
+    version and nothing spec.versions no longer lists (objects may still be stored in it)."""
+    stored = list((crd.get("status") or {}).get("storedVersions") or [])
+    path = "status.storedVersions"
+    if not stored:
+        return [invalid(path, stored, "must have at least one stored version")]
+    versions = [v for v in (crd.get("spec") or {}).get("versions") or [] if isinstance(v, dict)]
+    names = {v.get("name") for v in versions}
+    causes = [invalid(path, v, f"must have the storage version {v.get('name')}") for v in versions
+              if v.get("storage") and v.get("name") not in stored]
+    causes += [invalid(f"{path}[{i}]", name, "must appear in spec.versions") for i, name in enumerate(stored)
+               if name not in names]
+    return causes
+
+
 def _cause(field: str, message: str, reason: str = "FieldValueInvalid") -> Cause:
     return errors.cause(field, message, reason)
 
@@ -67,9 +88,21 @@ class CustomResourceDefinitionStrategy(Strategy):
 
     def prepare_for_create(self, obj: Obj) -> None:
         obj.pop("status", None)
+        storage = _storage_version(obj)
+        if storage:
+            obj["status"] = {"storedVersions": [storage]}
         finalizers = obj["metadata"].setdefault("finalizers", [])
         if CLEANUP_FINALIZER not in finalizers:
             finalizers.append(CLEANUP_FINALIZER)
+
+    def prepare_for_update(self, new: Obj, old: Obj) -> None:
+        """The status stays the old one, but a new storage version is recorded as stored at once."""
+        super().prepare_for_update(new, old)
+        storage = _storage_version(new)
+        if storage:
+            stored = new.setdefault("status", {}).setdefault("storedVersions", [])
+            if storage not in stored:
+                new["status"] = {**new["status"], "storedVersions": [*stored, storage]}
 
     def validate(self, obj: Obj) -> list[Cause]:
         spec = obj.get("spec")
@@ -139,6 +172,7 @@ class CustomResourceDefinitionStrategy(Strategy):
             causes += validate_immutable(names.get("kind"), old_names.get("kind"), "spec.names.kind")
         causes += validate_immutable(spec.get("group"), old_spec.get("group"), "spec.group")
         causes += validate_immutable(names.get("plural"), old_names.get("plural"), "spec.names.plural")
+        causes += validate_stored_versions(new)
         return causes
 
 
