@@ -17,6 +17,7 @@ from services.api.validation import (
     required,
     validate_immutable,
     validate_object_meta,
+    validate_object_meta_update,
 )
 
 CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
@@ -160,6 +161,11 @@ class CustomResourceDefinitionStrategy(Strategy):
             else:
                 causes += crschema.validate_schema(schema, f"spec.versions[{i}].schema.openAPIV3Schema")
         return causes
+
+    def validate_status_update(self, new: Obj, old: Obj) -> list[Cause]:
+        accepted = (new.get("status") or {}).get("acceptedNames") or {}
+        return validate_object_meta_update(new.get("metadata"), old.get("metadata")) + validate_names(
+            accepted, "status.acceptedNames")
 
     def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
         causes = self.validate(new)

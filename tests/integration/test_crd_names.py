@@ -119,3 +119,11 @@ def test_crd_name_must_be_plural_dot_group(apiserver: str) -> None:
     assert {"field": "metadata.name", "reason": "FieldValueInvalid",
             "message": 'Invalid value: "bars.b.example.com": must be spec.names.plural+"."+spec.group'} \
         in r.json()["details"]["causes"]
+
+
+def test_accepted_names_are_validated_on_status_writes(dashed: str, apiserver: str) -> None:
+    url = f"{apiserver}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{PLURAL}.{GROUP}/status"
+    r = httpx.patch(url, json={"status": {"acceptedNames": {"plural": PLURAL, "kind": "Bad_Kind"}}},
+                    headers={"content-type": "application/merge-patch+json"})
+    assert r.status_code == 422, r.text
+    assert r.json()["details"]["causes"][0]["field"] == "status.acceptedNames.kind"
