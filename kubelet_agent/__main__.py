@@ -31,7 +31,8 @@ def options(s: Settings) -> KubeletOptions:
                           eviction_minimum_reclaim=s.eviction_minimum_reclaim,
                           eviction_max_pod_grace_period=s.eviction_max_pod_grace_period,
                           eviction_pressure_transition=s.eviction_pressure_transition, housekeeping=s.housekeeping,
-                          allow_privileged=s.allow_privileged)
+                          allow_privileged=s.allow_privileged,
+                          allowed_unsafe_sysctls=list(s.allowed_unsafe_sysctls))
 
 
 def node_config(s: Settings) -> NodeConfig:

@@ -79,6 +79,7 @@ class Settings:
     eviction_max_pod_grace_period: int = 0
     eviction_pressure_transition: float = 300.0
     housekeeping: float = 10.0
+    allowed_unsafe_sysctls: list[str] = field(default_factory=list)
     # The kubelet API's authentication and authorization, with KubeletConfiguration v1beta1's defaults.
     anonymous_auth: bool = False
     token_webhook: bool = True
@@ -150,6 +151,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-privileged", type=parse_bool, nargs="?", const=True, default=None,
                    help="run containers that ask for securityContext.privileged (default true); when false, "
                         "such pods are rejected with reason Forbidden")
+    p.add_argument("--allowed-unsafe-sysctls", default=None,
+                   help="comma-separated unsafe sysctls or sysctl patterns (ending in *) pods may set")
     p.add_argument("--hollow", action="store_true", help="simulate containers in memory")
     p.add_argument("--hollow-nodes", type=int, default=0, help="run N hollow kubelets named <name>-<i>")
     p.add_argument("--hollow-job-duration", type=duration_flag, default=None,
@@ -200,6 +203,7 @@ def settings(args: argparse.Namespace) -> Settings:
         s.eviction_max_pod_grace_period = int(doc.get("evictionMaxPodGracePeriod", 0))
         s.eviction_pressure_transition = parse_duration(doc.get("evictionPressureTransitionPeriod", "5m"))
         s.address = doc.get("address", s.address)
+        s.allowed_unsafe_sysctls = [str(x) for x in doc.get("allowedUnsafeSysctls") or ()]
         s.tls_cert_file = doc.get("tlsCertFile", "")
         s.tls_key_file = doc.get("tlsPrivateKeyFile", "")
         authn, authz = doc.get("authentication") or {}, doc.get("authorization") or {}
@@ -263,6 +267,8 @@ def settings(args: argparse.Namespace) -> Settings:
                      min_reclaim=s.eviction_minimum_reclaim)
     if s.max_parallel_pod_starts < 0:
         raise ValueError(f"--max-parallel-pod-starts must be 0 (the default) or more, not {s.max_parallel_pod_starts}")
+    if args.allowed_unsafe_sysctls is not None:
+        s.allowed_unsafe_sysctls = [x.strip() for x in args.allowed_unsafe_sysctls.split(",") if x.strip()]
     if args.cluster_dns:
         s.cluster_dns = [ip.strip() for ip in args.cluster_dns.split(",") if ip.strip()]
     s.hollow = bool(args.hollow or args.hollow_nodes)

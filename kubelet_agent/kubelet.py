@@ -32,6 +32,7 @@ from kubelet_agent.pods.gate import StartGate
 from kubelet_agent.pods.netns import Dialer
 from kubelet_agent.pods.resolver import Resolver
 from kubelet_agent.pods.status import PODS, StatusManager
+from kubelet_agent.pods.sysctl import SysctlAllowlist
 from kubelet_agent.pods.util import qos_class
 from kubelet_agent.pods.volumes import PLUGIN_DIRS, VolumeManager
 from kubelet_agent.pods.worker import NodeContext, PodWorker
@@ -68,6 +69,7 @@ class KubeletOptions:
     eviction_max_pod_grace_period: int = 0
     eviction_pressure_transition: float = 300.0
     allow_privileged: bool = True
+    allowed_unsafe_sysctls: list[str] = field(default_factory=list)
 
 
 def read_resolv_conf(path: str) -> tuple[list[str], list[str], list[str]]:
@@ -120,6 +122,7 @@ class Kubelet:
         self.eviction: EvictionManager | None = None
         self._runtime_stats: RuntimeStats | None = None
         self.rejections: EventRecorder | None = None
+        self.sysctls = SysctlAllowlist(options.allowed_unsafe_sysctls)
 
     @property
     def name(self) -> str:
@@ -370,8 +373,8 @@ class Kubelet:
                 pod["metadata"].get("deletionTimestamp"):
             return None
         active = [w.pod for w in self.workers.values() if not w.terminal and w.rejected is None and not w.gone]
-        verdict = admit(pod, node or self.current_node(), active, self.agent.allocatable,
-                        allow_privileged=self.options.allow_privileged)
+        verdict = self.sysctls.admit(pod) or admit(pod, node or self.current_node(), active, self.agent.allocatable,
+                                                    allow_privileged=self.options.allow_privileged)
         if verdict is None and self.eviction is not None:
             verdict = admit_under_pressure(pod, self.eviction.pressure, qos_class(pod.get("spec") or {}))
         return verdict

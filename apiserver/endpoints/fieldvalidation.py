@@ -22,6 +22,7 @@ from services.api import definitions, errors
 from services.api.errors import StatusError
 
 _REF = "#/$defs/"
+_OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 _MAX_STRICT_ERRORS = 100  # upstream's decoder stops collecting after this many
 _WARNING_TOTAL_RUNES = 4 * 1024  # upstream's warning recorder starts truncating past this
 _WARNING_ITEM_RUNES = 256
@@ -255,6 +256,17 @@ def prune_unknown_fields(api_version: str, kind: str, obj: dict[str, Any]) -> li
         return []
     found: list[str] = []
     _prune(node, obj, [], found)
+    return found
+
+
+def prune_object_meta(meta: Any, path: str) -> list[str]:
+    """Drop, in place, what upstream's ObjectMeta would not decode from a custom object's `metadata`
+    found at `path` (the root's or an embedded resource's); return where."""
+    defs, _ = _definitions()
+    with _lock:
+        node = _compile_ref(_OBJECT_META, defs)
+    found: list[str] = []
+    _prune(node, meta, [path], found)
     return found
 
 
@@ -563,3 +575,48 @@ def directive(value: str | None, options_kind: str = "CreateOptions") -> str:
             "FieldValueNotSupported",
         )])
     return value or "Warn"
+
+
+class PatchValidation:
+    """`fieldValidation` of a JSON, merge or strategic-merge patch, as upstream's patcher does it: the
+    keys the patch body repeats, then what decoding the patched object drops (`prune`, run in every
+    mode, so nothing unknown is stored). Strict answers upstream's 422 on the field `patch`; Warn
+    leaves `warnings` for the response. Called with each patched object (the store may retry)."""
+
+    def __init__(self, mode: str, raw: bytes, patch_type: str, prune: Callable[[dict[str, Any]], list[str]],
+                 check: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.mode = mode
+        self.prune = prune
+        self.check = check
+        self.duplicates = DuplicateFields()
+        if mode != "Ignore" and patch_type != "json":
+            self.duplicates = duplicate_fields(raw, False)
+        self.warnings: list[str] = []
+
+    def __call__(self, obj: dict[str, Any]) -> None:
+        if self.check is not None:
+            self.check(obj)
+        patched = orjson.dumps(obj).decode() if self.mode == "Strict" else ""
+        unknown = self.prune(obj)
+        self.warnings = []
+        if self.mode == "Ignore" or not (unknown or self.duplicates):
+            return
+        if self.mode == "Warn":
+            self.warnings = warnings(unknown, self.duplicates)
+            return
+        message = "strict decoding error: " + ", ".join(_strict_errors(unknown, self.duplicates))
+        raise errors.invalid("", "", "", [errors.cause(
+            "patch", f"Invalid value: {go_quote(patched)}: {message}", "FieldValueInvalid")])
+
+
+def apply_warnings(mode: str, raw: bytes) -> list[str]:
+    """The keys an apply configuration repeats: upstream's 400 in Strict mode, warnings in Warn."""
+    if mode == "Ignore":
+        return []
+    duplicates = _yaml_duplicates(raw)
+    if not duplicates:
+        return []
+    if mode == "Strict":
+        raise errors.bad_request("error strict decoding YAML: error converting YAML to JSON: "
+                                 + _strict_errors([], duplicates)[0])
+    return warnings([], duplicates)

@@ -706,6 +706,16 @@ STORAGE: dict[str, str] = {
         "1 metadata ObjectMeta, 2 provisioner!, 3 parameters {}s, 4 reclaimPolicy *s, 5 mountOptions []s,"
         " 6 allowVolumeExpansion *b, 7 volumeBindingMode *s, 8 allowedTopologies []TopologySelectorTerm"
     ),
+    "CSIDriver": "1 metadata ObjectMeta, 2 spec! CSIDriverSpec",
+    "CSIDriverSpec": (
+        "1 attachRequired *b, 2 podInfoOnMount *b, 3 volumeLifecycleModes []s, 4 storageCapacity *b,"
+        " 5 fsGroupPolicy *s, 6 tokenRequests []TokenRequest, 7 requiresRepublish *b, 8 seLinuxMount *b"
+    ),
+    "TokenRequest": "1 audience!, 2 expirationSeconds *l",
+    "CSIStorageCapacity": (
+        "1 metadata ObjectMeta, 2 nodeTopology *LabelSelector, 3 storageClassName!, 4 capacity *Q,"
+        " 5 maximumVolumeSize *Q"
+    ),
 }
 
 SCHEDULING: dict[str, str] = {
@@ -857,7 +867,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "rbac": ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"),
     "policy": ("PodDisruptionBudget", "Eviction"),
     "networking": ("Ingress", "IngressClass", "NetworkPolicy"),
-    "storage": ("StorageClass",),
+    "storage": ("StorageClass", "CSIDriver", "CSIStorageCapacity"),
     "scheduling": ("PriorityClass",),
     "node": ("RuntimeClass",),
     "flowcontrol": ("FlowSchema", "PriorityLevelConfiguration"),

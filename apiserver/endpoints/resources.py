@@ -194,6 +194,15 @@ def _decode_as(raw: bytes, content_type: str | None, api_version: str, kind: str
     return body
 
 
+def _pruner(res: Resource) -> Callable[[dict[str, Any]], list[str]]:
+    """What decoding a body of this resource drops, in place, and where: the structural schema and
+    ObjectMeta of a custom resource, upstream's Go struct of a built-in one."""
+    if res.custom and res.schema is not None:
+        schema = res.schema
+        return lambda obj: crschema.prune(schema, obj, fieldvalidation.prune_object_meta)
+    return lambda obj: fieldvalidation.prune_unknown_fields(res.api_version, res.kind, obj)
+
+
 def _write_options(request: Request, verb: str) -> WriteOptions:
     """Options of a write, validated as upstream validates the verb's options kind (a read has none);
     the field manager defaults to the user agent's product, as upstream's does."""
@@ -310,12 +319,15 @@ class ResourceHandler:
             obj, created = await store.update(ns, name or "", body, wopts)
             return self._object(obj, rep, res, 201 if created else 200, warnings)
         if verb == "patch":
-            patch_type, patch = await self._patch_body(request)
+            patch_type, patch, raw = await self._patch_request(request)
+            mode = fieldvalidation.directive(request.query_params.get("fieldValidation"), "PatchOptions")
             if patch_type == "apply":
+                warnings = fieldvalidation.apply_warnings(mode, raw)
                 obj, created = await store.apply(ns, name or "", patch, wopts, check=_patched_decoder(res))
-                return self._object(obj, rep, res, 201 if created else 200)
-            obj = await store.patch(ns, name or "", patch_type, patch, wopts, check=_patched_decoder(res))
-            return self._object(obj, rep, res, 200)
+                return self._object(obj, rep, res, 201 if created else 200, warnings)
+            validation = fieldvalidation.PatchValidation(mode, raw, patch_type, _pruner(res), _patched_decoder(res))
+            obj = await store.patch(ns, name or "", patch_type, patch, wopts, check=validation)
+            return self._object(obj, rep, res, 200, validation.warnings)
         if verb == "delete":
             dopts = await self._delete_options(request, dry_run)
             obj, gone = await store.delete(ns, name or "", dopts)
@@ -349,10 +361,7 @@ class ResourceHandler:
             wrong_type = typecheck.type_error(res.api_version, res.kind, body)
             if wrong_type is not None:
                 raise wrong_type
-        if res.custom and res.schema is not None:
-            unknown = crschema.prune(res.schema, body)
-        else:
-            unknown = fieldvalidation.prune_unknown_fields(res.api_version, res.kind, body)
+        unknown = _pruner(res)(body)
         if mode == "Ignore":
             return body, []
         mt = media_type(content_type)
@@ -366,6 +375,11 @@ class ResourceHandler:
         return body, fieldvalidation.warnings(unknown, duplicates)
 
     async def _patch_body(self, request: Request) -> tuple[str, Any]:
+        patch_type, patch, _ = await self._patch_request(request)
+        return patch_type, patch
+
+    async def _patch_request(self, request: Request) -> tuple[str, Any, bytes]:
+        """The patch type, the decoded patch and its raw bytes (where field validation finds repeats)."""
         mt = media_type(request.headers.get("content-type"))
         patch_type = PATCH_TYPES.get(mt)
         if patch_type is None:
@@ -378,11 +392,11 @@ class ResourceHandler:
             if not request.query_params.get("fieldManager"):
                 raise errors.invalid("PatchOptions", "meta.k8s.io", "", [errors.cause(
                     "fieldManager", "Required value: is required for apply patch", "FieldValueRequired")])
-            return patch_type, decode_body(raw, "application/apply-patch+yaml")
+            return patch_type, decode_body(raw, "application/apply-patch+yaml"), raw
         if "force" in request.query_params:
             raise errors.invalid("PatchOptions", "meta.k8s.io", "", [errors.cause(
                 "force", "Forbidden: may not be specified for non-apply patch", "FieldValueForbidden")])
-        return patch_type, decode_body(raw, "application/json")
+        return patch_type, decode_body(raw, "application/json"), raw
 
     async def _delete_options(self, request: Request, dry_run: bool) -> DeleteOptions:
         params = request.query_params
@@ -545,14 +559,17 @@ class ResourceHandler:
                 obj, _ = await store.update(ns, name, body, wopts, subresource=sub)
                 return self._object(obj, rep, res, 200, warnings)
             if verb == "patch" and sub != "finalize":
-                patch_type, patch = await self._patch_body(request)
+                patch_type, patch, raw = await self._patch_request(request)
+                mode = fieldvalidation.directive(request.query_params.get("fieldValidation"), "PatchOptions")
                 if patch_type == "apply":
-                    obj, _ = await store.apply(ns, name, patch, wopts, subresource=sub,
-                                               check=_patched_decoder(res))
+                    warnings = fieldvalidation.apply_warnings(mode, raw)
+                    obj, _ = await store.apply(ns, name, patch, wopts, subresource=sub, check=_patched_decoder(res))
                 else:
-                    obj = await store.patch(ns, name, patch_type, patch, wopts, subresource=sub,
-                                            check=_patched_decoder(res))
-                return self._object(obj, rep, res)
+                    validation = fieldvalidation.PatchValidation(mode, raw, patch_type, _pruner(res),
+                                                                 _patched_decoder(res))
+                    obj = await store.patch(ns, name, patch_type, patch, wopts, subresource=sub, check=validation)
+                    warnings = validation.warnings
+                return self._object(obj, rep, res, 200, warnings)
             raise errors.method_not_allowed()
         if sub == "scale" and res.scale is not None:
             return await self._scale(request, store, ns, name, verb, wopts)

@@ -727,6 +727,21 @@ def _storage_class_cells(obj: dict[str, Any], now: float) -> Row:
             _age(obj, now)]
 
 
+def _csi_driver_cells(obj: dict[str, Any], now: float) -> Row:
+    spec = obj.get("spec") or {}
+    requests = spec.get("tokenRequests")
+    tokens = _UNSET if requests is None else ",".join(r.get("audience") or "" for r in requests)
+    modes = ",".join(spec.get("volumeLifecycleModes") or ()) or _NONE
+    return [obj["metadata"].get("name", ""), spec.get("attachRequired", True), bool(spec.get("podInfoOnMount")),
+            bool(spec.get("storageCapacity")), tokens, bool(spec.get("requiresRepublish")), modes, _age(obj, now)]
+
+
+def _csi_storage_capacity_cells(obj: dict[str, Any], now: float) -> Row:
+    capacity = obj.get("capacity")
+    return [obj["metadata"].get("name", ""), obj.get("storageClassName") or "",
+            _UNSET if capacity is None else _qty(capacity)]
+
+
 def _lease_cells(obj: dict[str, Any], now: float) -> Row:
     holder = (obj.get("spec") or {}).get("holderIdentity") or ""
     return [obj["metadata"].get("name", ""), holder, _age(obj, now)]
@@ -1026,6 +1041,21 @@ _PRINTERS: dict[tuple[str, str], tuple[list[Column], RowFn]] = {
         _c("AllowVolumeExpansion", "string", ("storage.v1.StorageClass", "allowVolumeExpansion")),
         AGE,
     ], _storage_class_cells),
+    ("storage.k8s.io", "csidrivers"): ([
+        NAME,
+        _c("AttachRequired", "boolean", ("storage.v1.CSIDriverSpec", "attachRequired")),
+        _c("PodInfoOnMount", "boolean", ("storage.v1.CSIDriverSpec", "podInfoOnMount")),
+        _c("StorageCapacity", "boolean", ("storage.v1.CSIDriverSpec", "storageCapacity")),
+        _c("TokenRequests", "string", ("storage.v1.CSIDriverSpec", "tokenRequests")),
+        _c("RequiresRepublish", "boolean", ("storage.v1.CSIDriverSpec", "requiresRepublish")),
+        _c("Modes", "string", ("storage.v1.CSIDriverSpec", "volumeLifecycleModes")),
+        AGE,
+    ], _csi_driver_cells),
+    ("storage.k8s.io", "csistoragecapacities"): ([
+        NAME,
+        _c("StorageClassName", "string", ("storage.v1.CSIStorageCapacity", "storageClassName")),
+        _c("Capacity", "string", ("storage.v1.CSIStorageCapacity", "capacity")),
+    ], _csi_storage_capacity_cells),
     ("apps", "controllerrevisions"): ([
         NAME, _c("Controller", "string", "Controller of the object"),
         _c("Revision", "string", ("apps.v1.ControllerRevision", "revision")), AGE,

@@ -2,19 +2,69 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from apiserver.registry import crschema
 from apiserver.registry.strategy import Cause, Obj, Strategy
 from services.api import errors
 from services.api.catalog import Resource, Scale
-from services.api.validation import validate_object_meta
+from services.api.validation import (
+    invalid,
+    is_dns1035_label,
+    is_dns1123_subdomain,
+    name_is_dns_subdomain,
+    not_supported,
+    required,
+    validate_immutable,
+    validate_object_meta,
+    validate_object_meta_update,
+)
 
 CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_KIND = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+
+
+def validate_names(names: dict[str, Any], path: str) -> list[Cause]:
+    """Upstream's ValidateCustomResourceDefinitionNames: every name is a DNS-1035 label (kinds once
+    lowercased, so they may have mixed case and dashes), and kind and listKind differ."""
+    causes: list[Cause] = []
+    for key in ("plural", "singular"):
+        value = names.get(key) or ""
+        if value and (errs := is_dns1035_label(value)):
+            causes.append(invalid(f"{path}.{key}", value, ",".join(errs)))
+    for key in ("kind", "listKind"):
+        value = names.get(key) or ""
+        if value and (errs := is_dns1035_label(value.lower())):
+            causes.append(invalid(f"{path}.{key}", value, "may have mixed case, but should otherwise match: "
+                                  + ",".join(errs)))
+    for key in ("shortNames", "categories"):
+        for i, value in enumerate(names.get(key) or ()):
+            if errs := is_dns1035_label(value if isinstance(value, str) else ""):
+                causes.append(invalid(f"{path}.{key}[{i}]", value, ",".join(errs)))
+    kind = names.get("kind") or ""
+    if kind and kind == names.get("listKind"):
+        causes.append(invalid(f"{path}.listKind", kind, "kind and listKind may not be the same"))
+    return causes
+
+
+def _storage_version(crd: Obj) -> str:
+    versions = (crd.get("spec") or {}).get("versions") or []
+    return next((v.get("name") or "" for v in versions if isinstance(v, dict) and v.get("storage")), "")
+
+
+def validate_stored_versions(crd: Obj) -> list[Cause]:
+    """Upstream's ValidateCustomResourceDefinitionStoredVersions: status.storedVersions holds the storage
+    version and nothing spec.versions no longer lists (objects may still be stored in it)."""
+    stored = list((crd.get("status") or {}).get("storedVersions") or [])
+    path = "status.storedVersions"
+    if not stored:
+        return [invalid(path, stored, "must have at least one stored version")]
+    versions = [v for v in (crd.get("spec") or {}).get("versions") or [] if isinstance(v, dict)]
+    names = {v.get("name") for v in versions}
+    causes = [invalid(path, v, f"must have the storage version {v.get('name')}") for v in versions
+              if v.get("storage") and v.get("name") not in stored]
+    causes += [invalid(f"{path}[{i}]", name, "must appear in spec.versions") for i, name in enumerate(stored)
+               if name not in names]
+    return causes
 
 
 def _cause(field: str, message: str, reason: str = "FieldValueInvalid") -> Cause:
@@ -25,6 +75,8 @@ class CustomResourceDefinitionStrategy(Strategy):
     """Upstream's apiextensions validation for the fields that decide what gets served."""
 
     uses_generation = True
+    # Finalizers stay writable: upstream's CRD finalizer removes its own through the status subresource.
+    status_resets_metadata = ("labels", "annotations", "ownerReferences")
 
     def defaults(self, obj: Obj) -> None:
         spec = obj.setdefault("spec", {})
@@ -37,65 +89,71 @@ class CustomResourceDefinitionStrategy(Strategy):
 
     def prepare_for_create(self, obj: Obj) -> None:
         obj.pop("status", None)
+        storage = _storage_version(obj)
+        if storage:
+            obj["status"] = {"storedVersions": [storage]}
         finalizers = obj["metadata"].setdefault("finalizers", [])
         if CLEANUP_FINALIZER not in finalizers:
             finalizers.append(CLEANUP_FINALIZER)
 
+    def prepare_for_update(self, new: Obj, old: Obj) -> None:
+        """The status stays the old one, but a new storage version is recorded as stored at once."""
+        super().prepare_for_update(new, old)
+        storage = _storage_version(new)
+        if storage:
+            stored = new.setdefault("status", {}).setdefault("storedVersions", [])
+            if storage not in stored:
+                new["status"] = {**new["status"], "storedVersions": [*stored, storage]}
+
     def validate(self, obj: Obj) -> list[Cause]:
-        causes = validate_object_meta(obj.get("metadata") or {}, namespaced=False)
         spec = obj.get("spec")
         if not isinstance(spec, dict):
+            causes = validate_object_meta(obj.get("metadata") or {}, namespaced=False)
             return [*causes, _cause("spec", "Required value", "FieldValueRequired")]
         group = spec.get("group") or ""
         names = spec.get("names") or {}
         plural = names.get("plural") or ""
+
+        def crd_name(name: str, prefix: bool) -> list[str]:
+            errs = name_is_dns_subdomain(name, prefix)
+            if name != f"{plural}.{group}":
+                errs.append('must be spec.names.plural+"."+spec.group')
+            return errs
+
+        causes = validate_object_meta(obj.get("metadata") or {}, namespaced=False, name_fn=crd_name)
         if not group:
-            causes.append(_cause("spec.group", "Required value", "FieldValueRequired"))
-        elif not _DNS_SUBDOMAIN.match(group) or "." not in group:
-            causes.append(_cause("spec.group", f'Invalid value: "{group}": should be a domain with at least one dot'))
-        for key in ("plural", "singular"):
-            value = names.get(key) or ""
-            if key == "plural" and not value:
-                causes.append(_cause("spec.names.plural", "Required value", "FieldValueRequired"))
-            elif value and not _DNS_LABEL.match(value):
-                causes.append(_cause(f"spec.names.{key}", f'Invalid value: "{value}": a lowercase RFC 1123 label '
-                                     "must consist of lower case alphanumeric characters or '-', and must start "
-                                     "and end with an alphanumeric character"))
-        for key in ("kind", "listKind"):
-            value = names.get(key) or ""
-            if key == "kind" and not value:
-                causes.append(_cause("spec.names.kind", "Required value", "FieldValueRequired"))
-            elif value and not _KIND.match(value):
-                causes.append(_cause(f"spec.names.{key}", f'Invalid value: "{value}": may have mixed case, but '
-                                     "should otherwise match: [a-z]([-a-z0-9]*[a-z0-9])?"))
-        name = (obj.get("metadata") or {}).get("name", "")
-        if plural and group and name != f"{plural}.{group}":
-            causes.append(_cause("metadata.name", f'Invalid value: "{name}": must be spec.names.plural+"."+'
-                                 "spec.group"))
+            causes.append(required("spec.group"))
+        elif errs := is_dns1123_subdomain(group):
+            causes.append(invalid("spec.group", group, ",".join(errs)))
+        elif "." not in group:
+            causes.append(invalid("spec.group", group, "should be a domain with at least one dot"))
+        for key in ("plural", "singular", "kind", "listKind"):
+            if not names.get(key):
+                causes.append(required(f"spec.names.{key}"))
+        causes += validate_names(names, "spec.names")
         scope = spec.get("scope")
-        if scope not in ("Namespaced", "Cluster"):
-            causes.append(_cause("spec.scope", f'Unsupported value: "{scope or ""}": supported values: "Cluster", '
-                                 '"Namespaced"', "FieldValueNotSupported"))
+        if not scope:
+            causes.append(required("spec.scope"))
+        elif scope not in ("Namespaced", "Cluster"):
+            causes.append(not_supported("spec.scope", scope, ("Cluster", "Namespaced")))
         versions = spec.get("versions")
         if not isinstance(versions, list) or not versions:
-            causes.append(_cause("spec.versions", "Invalid value: null: must have exactly one version marked as "
-                                 "storage version"))
+            causes.append(invalid("spec.versions", versions, "must have exactly one version marked as storage "
+                                  "version"))
             return causes
-        storage = [v for v in versions if isinstance(v, dict) and v.get("storage")]
-        if len(storage) != 1:
-            causes.append(_cause("spec.versions", f"Invalid value: {len(storage)}: must have exactly one version "
-                                 "marked as storage version"))
-        seen: set[str] = set()
+        names_seen = [v.get("name") for v in versions if isinstance(v, dict)]
+        if len(set(names_seen)) != len(names_seen):
+            causes.append(invalid("spec.versions", versions, "must contain unique version names"))
+        if sum(1 for v in versions if isinstance(v, dict) and v.get("storage")) != 1:
+            causes.append(invalid("spec.versions", versions, "must have exactly one version marked as storage "
+                                  "version"))
         for i, version in enumerate(versions):
             if not isinstance(version, dict):
                 causes.append(_cause(f"spec.versions[{i}]", "Invalid value: must be an object"))
                 continue
             vname = version.get("name") or ""
-            if not _DNS_LABEL.match(vname):
-                causes.append(_cause(f"spec.versions[{i}].name", f'Invalid value: "{vname}": a DNS-1035 label'))
-            if vname in seen:
-                causes.append(_cause(f"spec.versions[{i}].name", f'Duplicate value: "{vname}"', "FieldValueDuplicate"))
-            seen.add(vname)
+            if errs := is_dns1035_label(vname):
+                causes.append(invalid(f"spec.versions[{i}].name", vname, ",".join(errs)))
             schema = (version.get("schema") or {}).get("openAPIV3Schema")
             if schema is None:
                 causes.append(_cause(f"spec.versions[{i}].schema.openAPIV3Schema", "Required value: schemas are "
@@ -104,14 +162,23 @@ class CustomResourceDefinitionStrategy(Strategy):
                 causes += crschema.validate_schema(schema, f"spec.versions[{i}].schema.openAPIV3Schema")
         return causes
 
+    def validate_status_update(self, new: Obj, old: Obj) -> list[Cause]:
+        accepted = (new.get("status") or {}).get("acceptedNames") or {}
+        return validate_object_meta_update(new.get("metadata"), old.get("metadata")) + validate_names(
+            accepted, "status.acceptedNames")
+
     def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
         causes = self.validate(new)
-        for field_name in ("group", "scope"):
-            if (new.get("spec") or {}).get(field_name) != (old.get("spec") or {}).get(field_name):
-                causes.append(_cause(f"spec.{field_name}", "Invalid value: field is immutable"))
-        if ((new.get("spec") or {}).get("names") or {}).get("plural") != (
-                (old.get("spec") or {}).get("names") or {}).get("plural"):
-            causes.append(_cause("spec.names.plural", "Invalid value: field is immutable"))
+        spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+        names, old_names = spec.get("names") or {}, old_spec.get("names") or {}
+        established = any(c.get("type") == "Established" and c.get("status") == "True"
+                          for c in (old.get("status") or {}).get("conditions") or ())
+        if established:
+            causes += validate_immutable(spec.get("scope"), old_spec.get("scope"), "spec.scope")
+            causes += validate_immutable(names.get("kind"), old_names.get("kind"), "spec.names.kind")
+        causes += validate_immutable(spec.get("group"), old_spec.get("group"), "spec.group")
+        causes += validate_immutable(names.get("plural"), old_names.get("plural"), "spec.names.plural")
+        causes += validate_stored_versions(new)
         return causes
 
 
@@ -119,6 +186,8 @@ class CustomResourceStrategy(Strategy):
     """Custom resources: the CRD version's structural schema prunes, defaults and validates them."""
 
     uses_generation = True
+    # Upstream's custom-resource status strategy keeps the whole old object but status and managedFields.
+    status_resets_metadata = ("labels", "annotations", "finalizers", "ownerReferences", "generateName")
 
     def defaults(self, obj: Obj) -> None:
         schema = self.resource.schema

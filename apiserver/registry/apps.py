@@ -88,6 +88,8 @@ class _WorkloadStrategy(GenerationStrategy):
 
 
 class DeploymentStrategy(_WorkloadStrategy):
+    status_resets_metadata = ("labels",)
+
     def defaults(self, obj: Obj) -> None:
         super().defaults(obj)
         spec = obj["spec"]

@@ -4,6 +4,7 @@ apiextensions-apiserver applies an openAPIV3Schema to every custom object."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -79,42 +80,52 @@ def _check_node(node: dict[str, Any], path: str, causes: list[Cause]) -> None:
         _check_node(node["additionalProperties"], f"{path}.additionalProperties", causes)
 
 
-def prune(schema: dict[str, Any], obj: dict[str, Any]) -> list[str]:
+MetaPruner = Callable[[Any, str], list[str]]
+
+
+def prune(schema: dict[str, Any], obj: dict[str, Any], prune_meta: MetaPruner | None = None) -> list[str]:
     """Drop fields the schema does not declare (unless it preserves unknown fields there);
-    returns their paths, which strict field validation reports."""
+    returns their paths, which strict field validation reports. `prune_meta` does the same for the
+    ObjectMeta of the root and of embedded resources, whose fields no schema declares."""
     pruned: list[str] = []
+    if prune_meta is not None and isinstance(obj.get("metadata"), dict):
+        pruned += prune_meta(obj["metadata"], "metadata")
     props = schema.get("properties") or {}
     preserve = bool(schema.get("x-kubernetes-preserve-unknown-fields"))
     for key in list(obj):
         if key in _SKIP_ROOT:
             continue
         if key in props:
-            _prune(props[key], obj[key], key, pruned)
+            _prune(props[key], obj[key], key, pruned, prune_meta)
         elif not preserve:
             del obj[key]
             pruned.append(key)
     return pruned
 
 
-def _prune(node: Any, value: Any, path: str, pruned: list[str]) -> None:
+def _prune(node: Any, value: Any, path: str, pruned: list[str], prune_meta: MetaPruner | None) -> None:
     if not isinstance(node, dict):
         return
     if isinstance(value, dict):
         props = node.get("properties") or {}
         additional = node.get("additionalProperties")
         preserve = bool(node.get("x-kubernetes-preserve-unknown-fields"))
+        embedded = bool(node.get("x-kubernetes-embedded-resource"))
         for key in list(value):
             sub = props.get(key)
             if sub is None and isinstance(additional, dict):
                 sub = additional
-            if sub is not None:
-                _prune(sub, value[key], f"{path}.{key}", pruned)
+            if embedded and key in _SKIP_ROOT:
+                if key == "metadata" and prune_meta is not None and isinstance(value[key], dict):
+                    pruned += prune_meta(value[key], f"{path}.{key}")
+            elif sub is not None:
+                _prune(sub, value[key], f"{path}.{key}", pruned, prune_meta)
             elif not preserve and additional is not True:
                 del value[key]
                 pruned.append(f"{path}.{key}")
     elif isinstance(value, list) and isinstance(node.get("items"), dict):
         for i, item in enumerate(value):
-            _prune(node["items"], item, f"{path}[{i}]", pruned)
+            _prune(node["items"], item, f"{path}[{i}]", pruned, prune_meta)
 
 
 def apply_defaults(schema: dict[str, Any], obj: dict[str, Any]) -> None:
@@ -128,6 +139,17 @@ def apply_defaults(schema: dict[str, Any], obj: dict[str, Any]) -> None:
 
 def _non_nullable_null(value: Any, node: Any) -> bool:
     return value is None and isinstance(node, dict) and not node.get("nullable")
+
+
+def has_defaults(schema: dict[str, Any]) -> bool:
+    """Whether any node of the schema declares a `default`."""
+    if "default" in schema:
+        return True
+    subs = list((schema.get("properties") or {}).values())
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            subs.append(schema[key])
+    return any(isinstance(sub, dict) and has_defaults(sub) for sub in subs)
 
 
 def _default(node: Any, value: Any, root: bool = False) -> None:

@@ -19,6 +19,8 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 class PodStrategy(MetaStrategy):
     graceful = True
+    # Old kubelets corrupted owner references through pods/status, so upstream keeps the old ones.
+    status_resets_metadata = ("ownerReferences",)
 
     def defaults(self, obj: Obj) -> None:
         spec = child(obj, "spec")

@@ -10,6 +10,7 @@ from typing import Any
 
 from apiserver.registry.base import get, setdefault
 from apiserver.registry.strategy import Cause, Obj
+from apiserver.registry.sysctls import validate_sysctls
 from services.api import validation as v
 
 RESTART_POLICIES = ("Always", "OnFailure", "Never")
@@ -367,6 +368,7 @@ def validate_pod_spec(spec: Any, path: str = "spec", is_pod: bool = True,
         causes.extend(v.invalid(f"{path}.serviceAccountName", service_account, m)
                       for m in v.is_dns1123_subdomain(service_account))
     causes.extend(_validate_tolerations(spec.get("tolerations"), f"{path}.tolerations"))
+    causes.extend(validate_sysctls(spec, path))
     return causes
 
 

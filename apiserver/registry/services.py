@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from apiserver.registry.base import MetaStrategy, child, get, setdefault
+from apiserver.registry.service_status import default_load_balancer_status, validate_load_balancer_status
 from apiserver.registry.strategy import Allocation, Cause, Obj
 from services.api import errors
 from services.api import validation as v
@@ -120,6 +121,7 @@ class ServiceStrategy(MetaStrategy):
         for key, default in (("type", "ClusterIP"), ("sessionAffinity", "None")):
             if not spec.get(key):
                 spec[key] = default
+        default_load_balancer_status(obj)
         if spec["sessionAffinity"] == "ClientIP":
             client_ip = child(spec, "sessionAffinityConfig", "clientIP")
             setdefault(client_ip, "timeoutSeconds", DEFAULT_CLIENT_IP_TIMEOUT)
@@ -151,6 +153,9 @@ class ServiceStrategy(MetaStrategy):
 
     def prepare_for_create(self, obj: Obj) -> None:
         obj["status"] = {"loadBalancer": {}}
+
+    def validate_status_update(self, new: Obj, old: Obj) -> list[Cause]:
+        return validate_load_balancer_status(new)
 
     def prepare_for_update(self, new: Obj, old: Obj) -> None:
         super().prepare_for_update(new, old)

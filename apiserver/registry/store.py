@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from apiserver.registry import conversion
+from apiserver.registry import conversion, crschema
 from apiserver.registry.strategy import Obj, Strategy
 from apiserver.storage.cache import Entry, ResourceCache, WatchCache, decode
 from apiserver.storage.etcd import KV, Compacted, EtcdStore, KeyExists, RevisionMismatch
@@ -168,7 +168,10 @@ class RESTStore:
         self.prefix = f"{ctx.root}{res.etcd_prefix}/"
         self.cache: ResourceCache = ctx.cache.register(self.prefix)
         ctx.etcd.encrypts(self.prefix, res.group, res.plural)
-        self._converts = conversion.needs_conversion(res)
+        # Custom objects stored before a default was added to their schema get it on every read, as
+        # upstream's storage codec defaults what it decodes from etcd.
+        self._defaults_on_read = bool(res.custom and res.schema and crschema.has_defaults(res.schema))
+        self._converts = conversion.needs_conversion(res) or self._defaults_on_read
         self.admission = ctx.admission.for_resource(res) if ctx.admission is not None else None
         # Seconds each write keeps the object in etcd (upstream's TTLFunc); 0 for resources that never expire.
         ttl = getattr(strategy, "ttl", None)
@@ -188,12 +191,17 @@ class RESTStore:
     def out(self, obj: Obj, *, own: bool = False) -> Obj:
         """A stored object as this resource's version shows it; `own` when nobody else holds `obj`
         (a freshly written object), so the converted view need not copy it."""
+        if self._defaults_on_read:
+            obj = orjson.loads(orjson.dumps(obj)) if not own else obj
+            crschema.apply_defaults(self.res.schema or {}, obj)
+            own = True
         if self._converts:
             return conversion.from_storage(self.res, obj, shared=own)
         return obj
 
     def _encode(self, obj: Obj) -> bytes:
-        stored = conversion.to_storage(self.res, obj, shared=True) if self._converts else obj
+        """The bytes etcd keeps for an object already in the storage version."""
+        stored = obj
         m = stored.get("metadata", {})
         if "resourceVersion" in m or "selfLink" in m:
             stored = dict(stored)
@@ -421,6 +429,8 @@ class RESTStore:
         self._check_namespace(namespace)
         if self.admission is not None:
             await self.admission.validate("CREATE", obj, None, "", opts.dry_run)
+        if self._converts:
+            obj = conversion.to_storage(self.res, obj)
         return await self._store_new(obj, name, opts.dry_run)
 
     def _keys(self, allocated: dict[str, bytes]) -> dict[str, bytes]:
@@ -573,11 +583,6 @@ class RESTStore:
         m = new["metadata"]
         if subresource == "status":
             self.strategy.prepare_for_status_update(new, old)
-            for f in ("labels", "annotations", "finalizers", "ownerReferences"):
-                if f in om:
-                    m[f] = om[f]
-                else:
-                    m.pop(f, None)
             causes = self.strategy.validate_status_update(new, old)
         elif subresource == "finalize":
             self.strategy.prepare_for_finalize(new, old)

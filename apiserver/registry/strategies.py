@@ -60,6 +60,8 @@ _BY_GROUP_RESOURCE: dict[tuple[str, str], type[Strategy]] = {
     ("networking.k8s.io", "ingressclasses"): networking.IngressClassStrategy,
     ("networking.k8s.io", "networkpolicies"): networking.NetworkPolicyStrategy,
     ("storage.k8s.io", "storageclasses"): storage.StorageClassStrategy,
+    ("storage.k8s.io", "csidrivers"): storage.CSIDriverStrategy,
+    ("storage.k8s.io", "csistoragecapacities"): storage.CSIStorageCapacityStrategy,
     ("scheduling.k8s.io", "priorityclasses"): scheduling.PriorityClassStrategy,
     ("node.k8s.io", "runtimeclasses"): node.RuntimeClassStrategy,
     ("flowcontrol.apiserver.k8s.io", "flowschemas"): flowcontrol.FlowSchemaStrategy,

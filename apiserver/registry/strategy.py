@@ -39,6 +39,10 @@ class Strategy:
     allow_create_on_update: bool = False
     #: Graceful deletion applies (pods): delete sets deletionTimestamp and waits.
     graceful: bool = False
+    #: Metadata fields a status update may not change (its strategy's PrepareForUpdate copies them from
+    #: the old object). Upstream's status strategies of built-in kinds reset only the spec, so labels
+    #: and annotations sent with a status patch are kept; the exceptions override this.
+    status_resets_metadata: tuple[str, ...] = ()
 
     def __init__(self, resource: Resource) -> None:
         self.resource = resource
@@ -69,7 +73,8 @@ class Strategy:
                 new.pop("status", None)
 
     def prepare_for_status_update(self, new: Obj, old: Obj) -> None:
-        """Status update: only status changes; spec and everything else come from the old object."""
+        """Status update: status and metadata change; spec and everything else come from the old
+        object, and so do the metadata fields of `status_resets_metadata`."""
         status = new.get("status")
         for key in list(new):
             if key not in ("metadata", "status", "apiVersion", "kind"):
@@ -79,6 +84,12 @@ class Strategy:
                 new[key] = value
         if status is None:
             new.pop("status", None)
+        meta, old_meta = new["metadata"], old.get("metadata") or {}
+        for key in self.status_resets_metadata:
+            if key in old_meta:
+                meta[key] = old_meta[key]
+            else:
+                meta.pop(key, None)
 
     def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
         """Causes for an update: by default the object must be valid and immutable fields unchanged."""

@@ -46,6 +46,7 @@ from kubelet_agent.pods.netns import Dialer
 from kubelet_agent.pods.probes import ProbeManager, run_handler
 from kubelet_agent.pods.resolver import Resolver
 from kubelet_agent.pods.status import PODS, StatusManager, build_status, instances_by_name
+from kubelet_agent.pods.sysctl import sandbox_sysctls
 from kubelet_agent.pods.util import cpu_quota, cpu_shares, normalize_image, quantity
 from kubelet_agent.pods.volumes import MountedVolume, VolumeError, VolumeManager
 from services.api.meta import now_rfc3339
@@ -407,7 +408,7 @@ class PodWorker:
             host_ipc=bool(spec.get("hostIPC")), dns_servers=servers, dns_searches=searches, dns_options=options,
             port_mappings=ports, labels=labels, annotations=dict(meta.get("annotations") or {}),
             log_directory=self._log_directory(),
-            sysctls={s["name"]: s["value"] for s in (spec.get("securityContext") or {}).get("sysctls") or []},
+            sysctls=sandbox_sysctls(spec),
             privileged=has_privileged_container(spec),
         )
 

@@ -160,6 +160,8 @@ BUILTIN: tuple[Resource, ...] = (
     _r("networking.k8s.io/v1", "IngressClass", "ingressclasses", False),
     _r("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", True, ["netpol"]),
     _r("storage.k8s.io/v1", "StorageClass", "storageclasses", False, ["sc"]),
+    _r("storage.k8s.io/v1", "CSIDriver", "csidrivers", False),
+    _r("storage.k8s.io/v1", "CSIStorageCapacity", "csistoragecapacities", True),
     _r("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False, ["pc"]),
     _r("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", False),
     _r("flowcontrol.apiserver.k8s.io/v1", "FlowSchema", "flowschemas", False, sub=["status"]),

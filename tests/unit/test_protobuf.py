@@ -385,3 +385,21 @@ def test_table_matches_upstream_openapi_definitions() -> None:
 def test_table_size() -> None:
     assert len(MESSAGES) >= 340
     assert sum(len(m.fields) for m in MESSAGES.values()) >= 1400
+
+
+def test_csi_driver_and_storage_capacity() -> None:
+    spec = vi(1, 0) + vi(2, 1) + ld(3, "Ephemeral") + ld(5, "File") + ld(6, ld(1, "vault") + vi(2, 3600))
+    driver = decode_protobuf(envelope("storage.k8s.io/v1", "CSIDriver", meta("csi.example.com") + ld(2, spec)))
+    assert driver == {
+        "kind": "CSIDriver", "apiVersion": "storage.k8s.io/v1",
+        "metadata": {"name": "csi.example.com", "creationTimestamp": None},
+        "spec": {"attachRequired": False, "podInfoOnMount": True, "volumeLifecycleModes": ["Ephemeral"],
+                 "fsGroupPolicy": "File", "tokenRequests": [{"audience": "vault", "expirationSeconds": 3600}]},
+    }
+    raw = meta("cap") + ld(2, entry(1, "zone", "a")) + ld(3, "standard") + ld(4, ld(1, "10Gi"))
+    capacity = decode_protobuf(envelope("storage.k8s.io/v1", "CSIStorageCapacity", raw))
+    assert capacity == {
+        "kind": "CSIStorageCapacity", "apiVersion": "storage.k8s.io/v1",
+        "metadata": {"name": "cap", "creationTimestamp": None},
+        "nodeTopology": {"matchLabels": {"zone": "a"}}, "storageClassName": "standard", "capacity": "10Gi",
+    }

@@ -231,7 +231,8 @@ def granular(t: Type, value: Any) -> str:
 
 
 def to_field_set(t: Type, obj: dict[str, Any]) -> Node:
-    """The fields an applied configuration sets (ToFieldSet): leaves, list items, empty or null fields."""
+    """The fields an applied configuration sets (ToFieldSet): leaves, list items, empty or null fields.
+    A key a structured type does not declare is an error, as structured-merge-diff's typed conversion."""
     return _object_set(t, obj, "")
 
 
@@ -241,6 +242,8 @@ def _object_set(t: Type, obj: dict[str, Any], where: str) -> Node:
     for key, value in obj.items():
         ft = fields.get(key)
         declared = ft is not None
+        if not declared and t.elem is None and fields:
+            raise InvalidObject(f"{where}.{key}", "field not declared in schema")
         ft = resolve(ft if declared else (t.elem or DEDUCED), value)
         shape = granular(ft, value)
         if shape == "object":

@@ -48,6 +48,7 @@ class Type:
         return f"Type({self.kind}, atomic={self.atomic}, list_type={self.list_type}, keys={self.keys})"
 
 
+_OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 SCALAR = Type("scalar")
 DEDUCED = Type("deduced")
 # What a value of deduced type becomes: maps stay granular (every key its own field), lists atomic.
@@ -101,6 +102,10 @@ class _Converter:
         extra = schema.get("additionalProperties")
         if isinstance(extra, dict):
             t.elem = self.convert(extra)
+        elif schema.get("x-kubernetes-preserve-unknown-fields") or extra is True:
+            t.elem = DEDUCED
+        if schema.get("x-kubernetes-embedded-resource"):
+            t.fields = {**t.fields, "apiVersion": SCALAR, "kind": SCALAR, "metadata": self.ref(_OBJECT_META)}
         if defaults:
             t.key_defaults = defaults
 
@@ -195,7 +200,7 @@ def _custom_root(encoded: bytes) -> Type:
     schema = orjson.loads(encoded)
     converter, _ = _builtin()
     with _lock:
-        meta = converter.ref("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")
+        meta = converter.ref(_OBJECT_META)
     root = Type("object")
     if schema.get("properties"):
         _Converter(converter.defs)._fill_struct(root, schema)
