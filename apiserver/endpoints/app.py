@@ -61,7 +61,10 @@ _UPGRADE_SUBRESOURCES = ("exec", "attach", "portforward")
 
 
 def _status_response(err: errors.StatusError) -> Response:
-    return Response(orjson.dumps(err.to_status()), err.code, media_type="application/json")
+    # A body refused for its size was left unread: close the connection after the answer, as Go's server
+    # does, instead of reading (and discarding) the rest to keep the connection alive.
+    headers = {"connection": "close"} if err.code == 413 else None
+    return Response(orjson.dumps(err.to_status()), err.code, headers=headers, media_type="application/json")
 
 
 def version_info() -> dict[str, Any]:

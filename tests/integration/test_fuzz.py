@@ -598,6 +598,8 @@ _VALID_EXTRA: dict[tuple[str, str], dict[str, Any]] = {
     ("storage.k8s.io/v1", "StorageClass"): {"provisioner": "pyk8s.io/fuzz"},
     ("scheduling.k8s.io/v1", "PriorityClass"): {"value": 10},
     ("node.k8s.io/v1", "RuntimeClass"): {"handler": "runc"},
+    ("storage.k8s.io/v1", "CSIDriver"): {"spec": {}},
+    ("storage.k8s.io/v1", "CSIStorageCapacity"): {"storageClassName": "fuzz"},
     ("certificates.k8s.io/v1", "CertificateSigningRequest"): {"spec": {
         "request": new_request("fuzz")[0], "signerName": "kubernetes.io/kube-apiserver-client",
         "usages": ["client auth"]}},
