@@ -27,6 +27,7 @@ from apiserver.serving import options as serving_options
 from apiserver.serving.connections import guarded_protocol
 from apiserver.storage.encryption import ConfigError, load_config
 from apiserver.storage.grpc_wire import client_tls
+from services.runtime import int_flag
 from services.runtime.durations import go_duration
 from services.runtime.hostaddress import NoHostAddress, resolve_bind_address
 
@@ -71,14 +72,7 @@ def ip_literal(text: str) -> str:
         raise argparse.ArgumentTypeError(f'"{text}" is not a valid IP address') from None
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f'invalid integer "{text}"') from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, {value} given")
-    return value
+positive_int = int_flag(1, "must be greater than 0, {value} given")
 
 
 def go_bool(text: str) -> bool:

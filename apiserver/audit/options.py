@@ -9,6 +9,7 @@ from collections.abc import Callable
 from apiserver.audit.backend import LogBackend, LogOptions
 from apiserver.audit.policy import Policy, PolicyError, load_policy
 from apiserver.audit.recorder import Auditor
+from services.runtime import int_flag
 
 
 def policy_file(path: str) -> Policy | None:
@@ -22,16 +23,7 @@ def policy_file(path: str) -> Policy | None:
 
 
 def _not_negative(flag: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f'invalid integer "{text}"') from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"{flag} {value} can't be a negative number")
-        return value
-
-    return parse
+    return int_flag(0, flag + " {value} can't be a negative number")
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:

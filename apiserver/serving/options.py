@@ -10,20 +10,12 @@ from collections.abc import Callable
 
 from apiserver.serving.connections import ConnectionLimits
 from apiserver.serving.inflight import MaxInFlight
+from services.runtime import int_flag
 from services.runtime.durations import duration_flag
 
 
 def _inflight(flag: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f'invalid integer "{text}"') from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"{flag} can not be negative value")
-        return value
-
-    return parse
+    return int_flag(0, flag + " can not be negative value")
 
 
 def _positive_duration(text: str) -> float:

@@ -9,7 +9,7 @@ import asyncio
 import os
 import signal
 import ssl
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -33,6 +33,21 @@ def boolean_flag(text: str) -> bool:
     if text in _FALSE:
         return False
     raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
+
+
+def int_flag(minimum: int, refusal: str) -> Callable[[str], int]:
+    """An integer flag of at least `minimum`; `refusal` (formatted with `value`) is the usage error below it,
+    so each flag keeps its upstream wording."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f'invalid integer "{text}"') from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(refusal.format(value=value))
+        return value
+
+    return parse
 
 
 def base_parser(
