@@ -31,7 +31,10 @@ class ClientIdentity:
 
 ADMIN = ClientIdentity("admin", "kubernetes-admin", ("system:masters",))
 KUBELET_CLIENT = ClientIdentity("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",))
-CLIENTS = (ADMIN, KUBELET_CLIENT)
+SCHEDULER = ClientIdentity("scheduler", "system:kube-scheduler")
+CONTROLLER_MANAGER = ClientIdentity("controller-manager", "system:kube-controller-manager")
+PROXY = ClientIdentity("kube-proxy", "system:kube-proxy")
+CLIENTS = (ADMIN, KUBELET_CLIENT, SCHEDULER, CONTROLLER_MANAGER, PROXY)
 
 
 def apiserver_hosts(extra: Sequence[str] = (), service_cidr: str = SERVICE_CIDR) -> list[str]:
