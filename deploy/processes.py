@@ -294,8 +294,9 @@ CONTROL_PLANE: tuple[ProcessSpec, ...] = (
 
 
 def node_specs(node: NodeNet) -> tuple[ProcessSpec, ...]:
-    """containerd, kubelet and kube-proxy of one real node."""
+    """containerd, kubelet, kube-proxy and the network-policy agent of one real node."""
     containerd, kubelet, proxy = f"containerd-{node.name}", f"kubelet-{node.name}", f"kube-proxy-{node.name}"
+    policy = f"network-policy-{node.name}"
 
     async def import_images(state: State, _http: httpx.AsyncClient) -> None:
         await nodes.import_images(state, node)
@@ -324,6 +325,12 @@ def node_specs(node: NodeNet) -> tuple[ProcessSpec, ...]:
                 f"--healthz-bind-address=127.0.0.1:{health_port(state, proxy)}",
                 "--metrics-bind-address=127.0.0.1:0"]
 
+    def policy_argv(state: State) -> list[str]:
+        return [*_python("proxy_agent.networkpolicy"), f"--kubeconfig={state.kubeconfig}",
+                f"--hostname-override={node.name}", f"--nft-binary={node.bin_dir / 'nft'}",
+                f"--iptables-binary={node.bin_dir / 'iptables'}", "--bind-address=127.0.0.1",
+                f"--secure-port={health_port(state, policy)}"]
+
     return (
         ProcessSpec(name=containerd, argv=lambda state: nodes.containerd_argv(node),
                     health=lambda state: f"unix://{node.socket}", after_ready=import_images,
@@ -334,6 +341,8 @@ def node_specs(node: NodeNet) -> tuple[ProcessSpec, ...]:
                     ready_timeout=60.0, node=node.name),
         ProcessSpec(name=proxy, argv=proxy_argv, health=_local_health(proxy), needs=("apiserver",),
                     listens=_own_port(proxy), health_port=True, ready_timeout=60.0, node=node.name),
+        ProcessSpec(name=policy, argv=policy_argv, health=_local_health(policy, "/readyz"), needs=("apiserver",),
+                    listens=_own_port(policy), health_port=True, ready_timeout=60.0, node=node.name),
     )
 
 
