@@ -186,7 +186,7 @@ def _controller_manager_argv(state: State) -> list[str]:
             f"--root-ca-file={state.pki.ca[0]}", f"--service-cluster-ip-range={SERVICE_CIDR}",
             f"--cluster-cidr={CLUSTER_CIDR}", "--allocate-node-cidrs=true",
             f"--cluster-signing-cert-file={state.pki.ca[0]}", f"--cluster-signing-key-file={state.pki.ca[1]}",
-            "--controllers=*,bootstrapsigner,tokencleaner,pyk8s-hostpath-provisioner"]
+            "--controllers=*,bootstrapsigner,tokencleaner,pyk8s-hostpath-provisioner,pyk8s-service-lb"]
 
 
 def _noderoutes_argv(state: State) -> list[str]:
@@ -322,7 +322,7 @@ def node_specs(node: NodeNet) -> tuple[ProcessSpec, ...]:
         return [*_python("proxy_agent"), f"--kubeconfig={state.kubeconfig}", f"--hostname-override={node.name}",
                 f"--proxy-mode={state.settings.proxy_mode}", f"--cluster-cidr={CLUSTER_CIDR}",
                 f"--iptables-binary={node.bin_dir / 'iptables'}", f"--nft-binary={node.bin_dir / 'nft'}",
-                f"--healthz-bind-address=127.0.0.1:{health_port(state, proxy)}",
+                f"--node-netns={node.netns_path}", f"--healthz-bind-address=127.0.0.1:{health_port(state, proxy)}",
                 "--metrics-bind-address=127.0.0.1:0"]
 
     def policy_argv(state: State) -> list[str]:

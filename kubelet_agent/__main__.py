@@ -12,11 +12,11 @@ from kubelet_agent.cri.hollow import HollowRuntime
 from kubelet_agent.hollow import HollowNodes
 from kubelet_agent.kubelet import Kubelet, KubeletOptions
 from kubelet_agent.node import HostInfo, NodeConfig
-from kubelet_agent.pods.netns import Dialer
 from kubelet_agent.server.auth import AccessWebhook, KubeletAuth, TokenWebhook
 from kubelet_agent.server.server import KubeletServer
 from services.client import Client
 from services.runtime import HealthServer, client_config, run, setup_logging
+from services.runtime.netns import Dialer
 
 log = structlog.get_logger("kubelet")
 

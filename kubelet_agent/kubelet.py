@@ -29,7 +29,6 @@ from kubelet_agent.node import NODES, NodeAgent, NodeConfig
 from kubelet_agent.pods.admission import NODE_DEPENDENT, admit
 from kubelet_agent.pods.events import EventRecorder
 from kubelet_agent.pods.gate import StartGate
-from kubelet_agent.pods.netns import Dialer
 from kubelet_agent.pods.resolver import Resolver
 from kubelet_agent.pods.status import PODS, StatusManager
 from kubelet_agent.pods.sysctl import SysctlAllowlist
@@ -39,6 +38,7 @@ from kubelet_agent.pods.worker import NodeContext, PodWorker
 from kubelet_agent.static import is_mirror, mirror_of, read_manifests_async
 from services.client import AlreadyExists, ApiError, Client, Conflict, Forbidden, NotFound, gvr
 from services.informers import Informer, strip_managed_fields
+from services.runtime.netns import Dialer
 
 log = structlog.get_logger(__name__)
 NAMESPACES = gvr("v1", "namespaces", namespaced=False)

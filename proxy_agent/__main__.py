@@ -20,6 +20,7 @@ from proxy_agent.tracker import ProxyState
 from services.client import Client
 from services.runtime import HealthServer, base_parser, client_config, run, setup_logging
 from services.runtime.durations import duration_flag
+from services.runtime.netns import Dialer
 
 log = structlog.get_logger("proxy_agent")
 
@@ -69,6 +70,12 @@ def parser() -> argparse.ArgumentParser:
         "iptables-legacy or iptables-nft as described in detect_iptables",
     )
     p.add_argument("--nft-binary", default="nft", help="nft command")
+    p.add_argument(
+        "--node-netns",
+        default=None,
+        help="network namespace (a path) of the node whose rules the binaries write; healthCheckNodePorts "
+        "are served there, on every address",
+    )
     p.add_argument("--ipvs-scheduler", default="rr")
     p.add_argument(
         "--dry-run-output", default=None, help="write the ruleset to this file instead of applying it"
@@ -140,7 +147,11 @@ async def main_async(args: argparse.Namespace) -> None:
         min_sync_period=args.min_sync_period,
         dry_run_output=args.dry_run_output,
         health=health,
-        service_health=ServiceHealthServers(hz_host),
+        service_health=(
+            ServiceHealthServers("0.0.0.0", Dialer(args.node_netns))
+            if args.node_netns
+            else ServiceHealthServers(hz_host)
+        ),
     )
     servers: list[JSONServer | HealthServer] = []
     if hz_port >= 0:

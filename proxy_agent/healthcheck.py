@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 import orjson
 import structlog
 
+from services.runtime.netns import Dialer
+
 log = structlog.get_logger("proxy_agent.healthcheck")
 
 Handler = Callable[[str], tuple[int, dict]]
@@ -26,12 +28,18 @@ def rfc3339(ts: float) -> str:
 class JSONServer:
     """A minimal HTTP/1.1 server answering every GET with the handler's (status, JSON body)."""
 
-    def __init__(self, host: str, port: int, handler: Handler) -> None:
+    def __init__(self, host: str, port: int, handler: Handler, dialer: Dialer | None = None) -> None:
         self.host, self.port, self.handler = host, port, handler
+        self.dialer = dialer
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        """Listen here, or in the dialer's network namespace when there is one."""
+        if self.dialer is not None and self.dialer.netns:
+            sock = await self.dialer.listen(self.host, self.port)
+            self._server = await asyncio.start_server(self._serve, sock=sock)
+        else:
+            self._server = await asyncio.start_server(self._serve, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -96,10 +104,12 @@ class ProxyHealth:
 
 
 class ServiceHealthServers:
-    """One JSONServer per healthCheckNodePort, reconciled after each sync."""
+    """One JSONServer per healthCheckNodePort, reconciled after each sync; in the node's network namespace
+    when `dialer` has one, so load balancers reach them on the node's addresses."""
 
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, dialer: Dialer | None = None) -> None:
         self.host = host
+        self.dialer = dialer
         self._servers: dict[int, JSONServer] = {}
         self._counts: dict[int, tuple[str, int]] = {}
 
@@ -111,7 +121,7 @@ class ServiceHealthServers:
         for port in wanted:
             if port in self._servers:
                 continue
-            server = JSONServer(self.host, port, lambda _path, p=port: self._answer(p))
+            server = JSONServer(self.host, port, lambda _path, p=port: self._answer(p), self.dialer)
             try:
                 await server.start()
             except OSError as exc:

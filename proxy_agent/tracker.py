@@ -91,6 +91,9 @@ def service_ports(svc: Obj) -> dict[ServicePortName, ServicePort]:
         affinity = int(cfg.get("timeoutSeconds") or DEFAULT_AFFINITY_TIMEOUT)
     svc_type = spec.get("type") or "ClusterIP"
     external_local = spec.get("externalTrafficPolicy") == "Local" and svc_type in ("NodePort", "LoadBalancer")
+    external_ips = tuple(ip for ip in spec.get("externalIPs") or [] if ":" not in ip)
+    if svc_type == "LoadBalancer":
+        external_ips += load_balancer_ips(svc, external_ips)
     out: dict[ServicePortName, ServicePort] = {}
     for port in spec.get("ports") or []:
         protocol = port.get("protocol") or "TCP"
@@ -107,9 +110,17 @@ def service_ports(svc: Obj) -> dict[ServicePortName, ServicePort]:
             external_local=external_local,
             internal_local=spec.get("internalTrafficPolicy") == "Local",
             health_check_node_port=int(spec.get("healthCheckNodePort") or 0) if external_local else 0,
-            external_ips=tuple(ip for ip in spec.get("externalIPs") or [] if ":" not in ip),
+            external_ips=external_ips,
         )
     return out
+
+
+def load_balancer_ips(svc: Obj, skip: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The IPv4 `status.loadBalancer.ingress` addresses the proxy answers on, as upstream's: all but those
+    with `ipMode: Proxy`, whose load balancer delivers to the node itself."""
+    ingress = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    return tuple(dict.fromkeys(i["ip"] for i in ingress if i.get("ip") and ":" not in i["ip"]
+                               and i.get("ipMode") != "Proxy" and i["ip"] not in skip))
 
 
 def slice_endpoints(slices: list[Obj]) -> dict[tuple[str, str], list[Endpoint]]:

@@ -14,8 +14,8 @@ import grpc
 
 from kubelet_agent.cri.hollow import ANNOTATION_READY, simulated_ready
 from kubelet_agent.cri.types import Runtime, RuntimeError_
-from kubelet_agent.pods.netns import Dialer
 from kubelet_agent.pods.util import named_port
+from services.runtime.netns import Dialer
 
 
 @dataclass

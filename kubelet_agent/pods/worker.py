@@ -42,7 +42,6 @@ from kubelet_agent.pods.backoff import RESET_AFTER_RUNNING, Backoff
 from kubelet_agent.pods.env import EnvError, build_env, expand
 from kubelet_agent.pods.events import EventRecorder
 from kubelet_agent.pods.gate import StartGate
-from kubelet_agent.pods.netns import Dialer
 from kubelet_agent.pods.probes import ProbeManager, run_handler
 from kubelet_agent.pods.resolver import Resolver
 from kubelet_agent.pods.status import PODS, StatusManager, build_status, instances_by_name
@@ -51,6 +50,7 @@ from kubelet_agent.pods.util import cpu_quota, cpu_shares, normalize_image, quan
 from kubelet_agent.pods.volumes import MountedVolume, VolumeError, VolumeManager
 from services.api.meta import now_rfc3339
 from services.client import ApiError, Client, NotFound
+from services.runtime.netns import Dialer
 
 log = structlog.get_logger(__name__)
 

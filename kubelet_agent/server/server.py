@@ -23,7 +23,6 @@ import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kubelet_agent.cri.logfile import parse_timestamp
-from kubelet_agent.pods.netns import Dialer
 from kubelet_agent.server import stats
 from kubelet_agent.server.auth import AuthError, KubeletAuth
 from kubelet_agent.server.cri_streaming import Container, CRIError, CRIStreaming
@@ -43,6 +42,7 @@ from kubelet_agent.server.streaming import (
     stream_protocols,
 )
 from kubelet_agent.server.ws import EXEC_PROTOCOLS, PORTFORWARD_CHANNELS, PORTFORWARD_TUNNEL, WebSocket, is_websocket
+from services.runtime.netns import Dialer
 from services.runtime.pki import CertKey, create_ca, issue_serving_cert
 
 log = structlog.get_logger(__name__)

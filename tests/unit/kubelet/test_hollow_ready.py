@@ -6,8 +6,8 @@ import asyncio
 
 from kubelet_agent.cri.hollow import HollowRuntime, simulated_ready
 from kubelet_agent.cri.types import ContainerSpec, SandboxSpec
-from kubelet_agent.pods.netns import Dialer
 from kubelet_agent.pods.probes import ProbeManager
+from services.runtime.netns import Dialer
 
 
 def test_annotation_per_container_overrides_pod_wide() -> None:

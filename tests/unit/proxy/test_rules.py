@@ -277,3 +277,24 @@ def test_iptables_flavour_follows_existing_rules() -> None:
     # kube-proxy's own chains outrank kubelet's hint
     assert choose_iptables({"iptables-legacy": kube, "iptables-nft": hint}) == "iptables-legacy"
     assert choose_iptables({"iptables-nft": nat}) == "iptables-nft"
+
+
+def test_load_balancer_ingress_ips_are_answered_like_external_ips() -> None:
+    from proxy_agent.tracker import service_ports
+
+    lb = service("lb", type="LoadBalancer", clusterIP="10.96.0.40", externalIPs=["192.168.7.1"],
+                 ports=[{"port": 80, "nodePort": 30080}])
+    lb["status"] = {"loadBalancer": {"ingress": [{"ip": "172.30.0.2", "ipMode": "VIP"}, {"ip": "192.168.7.1"},
+                                                 {"ip": "172.30.0.9", "ipMode": "Proxy"}, {"hostname": "lb.example"}]}}
+    (sp,) = service_ports(lb).values()
+    assert sp.external_ips == ("192.168.7.1", "172.30.0.2")
+    state = ProxyState(node_name="n1")
+    tracker = ChangeTracker()
+    tracker.service_update(None, lb)
+    tracker.slice_update(endpoint_slice("lb-1", "lb", [("10.244.0.2", "n1")]))
+    tracker.apply(state, None)
+    assert "172.30.0.2 . tcp . 80 : goto external-" in NftablesBackend().render(state, None).text
+    assert re.search(r"-A KUBE-SERVICES .* -d 172.30.0.2/32 --dport 80 -j KUBE-EXT-",
+                     IptablesBackend().render(state, None).text)
+    not_lb = {**lb, "spec": {**lb["spec"], "type": "NodePort"}}
+    assert next(iter(service_ports(not_lb).values())).external_ips == ("192.168.7.1",)

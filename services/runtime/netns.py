@@ -1,4 +1,5 @@
-"""Connections into the node's network namespace, for probes and hooks.
+"""Connections into a node's network namespace, for the node agents that stay in the host's: the kubelet's probes
+and hooks, kube-proxy's health-check node ports.
 
 The kubelet stays in the host namespace (it must reach the apiserver), while pods live in the
 node's namespace. A socket keeps the namespace it was created in, so one helper thread enters the
