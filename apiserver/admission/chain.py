@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
 from apiserver.admission.alwayspullimages import AlwaysPullImages
+from apiserver.admission.defaultingressclass import DefaultIngressClass
 from apiserver.admission.defaultstorageclass import DefaultStorageClass
 from apiserver.admission.defaulttolerationseconds import DefaultTolerationSeconds
 from apiserver.admission.interfaces import (
@@ -85,7 +86,7 @@ DEFAULT_ON: frozenset[str] = frozenset({
 #: the plugins pyk8s implements, by name
 REGISTERED: dict[str, type[Plugin]] = {p.name: p for p in (
     NamespaceLifecycle, ServiceAccount, AlwaysPullImages, Priority, DefaultTolerationSeconds, DefaultStorageClass,
-    StorageObjectInUseProtection, RuntimeClass, ResourceQuota,
+    StorageObjectInUseProtection, RuntimeClass, ResourceQuota, DefaultIngressClass,
 )}
 
 

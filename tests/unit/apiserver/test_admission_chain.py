@@ -17,7 +17,8 @@ from services.api.errors import StatusError
 
 #: the relative order of the plugins pyk8s has, as upstream's AllOrderedPlugins (v1.32) lists them
 UPSTREAM_ORDER = ["NamespaceLifecycle", "ServiceAccount", "AlwaysPullImages", "Priority", "DefaultTolerationSeconds",
-                  "DefaultStorageClass", "StorageObjectInUseProtection", "RuntimeClass", "ResourceQuota"]
+                  "DefaultStorageClass", "StorageObjectInUseProtection", "RuntimeClass", "DefaultIngressClass",
+                  "ResourceQuota"]
 
 
 def res(group: str, plural: str) -> Any:
