@@ -3,7 +3,8 @@
 One per cluster, started by `pyk8s up`. It watches Nodes and, in each real node's network namespace,
 routes every other node's spec.podCIDR via that node's InternalIP on the node segment, and removes
 the routes of nodes that are gone. With `--host-routes` it routes every node's pod CIDR from the host
-too, because the apiserver must reach pod IPs directly, as upstream's does (services/proxy, pods/proxy).
+too, because the apiserver must reach pod IPs directly, as upstream's does (services/proxy, pods/proxy),
+and with `--service-cidr` the Service CIDR via one node, so the host reaches ClusterIPs.
 Its routes carry a protocol number of their own, so it finds and replaces only what it wrote.
 """
 
@@ -41,6 +42,9 @@ def parser() -> argparse.ArgumentParser:
                    help="the node segment: only nodes with an InternalIP in it are routed to")
     p.add_argument("--host-routes", action="store_true",
                    help="also route every node's pod CIDR from the host's own network namespace")
+    p.add_argument("--service-cidr", default="",
+                   help="with --host-routes, also route the Service CIDR from the host to one node, whose "
+                        "kube-proxy answers ClusterIPs (as kind users route it by hand)")
     p.add_argument("--resync", type=float, default=10.0, help="seconds between full resyncs")
     return p
 
@@ -72,6 +76,14 @@ def desired_for(node: str, table: dict[str, tuple[str, list[str]]]) -> dict[str,
     return {cidr: ip for other, (ip, cidrs) in table.items() if other != node for cidr in cidrs}
 
 
+def host_routes(table: dict[str, tuple[str, list[str]]], service_cidr: str = "") -> dict[str, str]:
+    """What the host routes: every node's pod CIDRs, and the Service CIDR via the first node by name."""
+    out = desired_for("", table)
+    if service_cidr and table:
+        out[service_cidr] = table[min(table)][0]
+    return out
+
+
 def route_batch(current: dict[str, str], desired: dict[str, str]) -> list[str]:
     """`ip -batch` lines turning `current` into `desired`."""
     lines = [f"route replace {cidr} via {gw} proto {ROUTE_PROTO}" for cidr, gw in sorted(desired.items())
@@ -99,18 +111,19 @@ def netns_exists(netns: str) -> bool:
 
 class RouteSync:
     def __init__(self, informer: Informer, netns: dict[str, str], subnet: ipaddress.IPv4Network,
-                 host: bool = False) -> None:
+                 host: bool = False, service_cidr: str = "") -> None:
         self.informer = informer
         self.netns = netns
         self.subnet = subnet
         self.host = host
+        self.service_cidr = service_cidr
         self.synced = False
 
     async def sync(self) -> None:
         table = routes_by_node(self.informer.list(), self.subnet)
         syncs = [self.sync_node(node, ns, table) for node, ns in self.netns.items()]
         if self.host:
-            syncs.append(self.apply(None, "host", desired_for("", table)))
+            syncs.append(self.apply(None, "host", host_routes(table, self.service_cidr)))
         results = await asyncio.gather(*syncs, return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         for error in errors:
@@ -136,7 +149,8 @@ async def main_async(args: argparse.Namespace) -> None:
     netns = dict(item.split("=", 1) for item in args.netns)
     client = Client(client_config(args, "pyk8s-noderoutes"))
     informer = Informer(client, NODES)
-    routes = RouteSync(informer, netns, ipaddress.IPv4Network(args.node_subnet), host=args.host_routes)
+    routes = RouteSync(informer, netns, ipaddress.IPv4Network(args.node_subnet), host=args.host_routes,
+                       service_cidr=args.service_cidr)
     wake = asyncio.Event()
     informer.add_event_handler(lambda _n: wake.set(), lambda _o, _n: wake.set(), lambda _n: wake.set())
     health = await start_health(args)

@@ -33,6 +33,8 @@ DNS_SERVICE = ("kube-system", "kube-dns")
 DNS_SLICE = "kube-dns-pyk8s"
 STORAGE_CLASS = "standard"
 STORAGE_PROVISIONER = "pyk8s.io/hostpath"
+INGRESS_CLASS = "pyk8s"
+INGRESS_CONTROLLER = "pyk8s.io/ingress-controller"
 MANAGED_BY = "pyk8s-up"
 CONTAINERD = "containerd"
 PROXY_TOOLS = ("iptables", "iptables-save", "iptables-restore", "nft")
@@ -546,6 +548,23 @@ async def ensure_default_storage_class(state: State, http: httpx.AsyncClient) ->
         "parameters": {"path": str(storage_dir(state))},
     }
     await _put_or_create(http, f"{state.server}/apis/storage.k8s.io/v1/storageclasses", STORAGE_CLASS, body)
+
+
+async def ensure_default_classes(state: State, http: httpx.AsyncClient) -> None:
+    """The default StorageClass and IngressClass, both only created when missing."""
+    await ensure_default_storage_class(state, http)
+    await ensure_default_ingress_class(state, http)
+
+
+async def ensure_default_ingress_class(state: State, http: httpx.AsyncClient) -> None:
+    """The default IngressClass `pyk8s`, as k3s ships `traefik`: DefaultIngressClass admission gives it to
+    every Ingress created without a class."""
+    body = {
+        "apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+        "metadata": {"name": INGRESS_CLASS, "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
+        "spec": {"controller": INGRESS_CONTROLLER},
+    }
+    await _put_or_create(http, f"{state.server}/apis/networking.k8s.io/v1/ingressclasses", INGRESS_CLASS, body)
 
 
 def storage_dir(state: State) -> Path:

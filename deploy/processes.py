@@ -192,7 +192,7 @@ def _controller_manager_argv(state: State) -> list[str]:
 def _noderoutes_argv(state: State) -> list[str]:
     pairs = [f"--netns={n.name}={n.netns}" for n in nodes.node_nets(state)]
     return [*_component("deploy.noderoutes", "noderoutes")(state), f"--node-subnet={state.settings.node_subnet}",
-            "--host-routes", *pairs]
+            "--host-routes", f"--service-cidr={SERVICE_CIDR}", *pairs]
 
 
 def _dns_argv(state: State) -> list[str]:
@@ -242,7 +242,7 @@ CONTROL_PLANE: tuple[ProcessSpec, ...] = (
         needs=("apiserver",),
         listens=_own_port("controller-manager"),
         health_port=True,
-        prepare=nodes.ensure_default_storage_class,
+        prepare=nodes.ensure_default_classes,
     ),
     ProcessSpec(
         name="scheduler",

@@ -4,7 +4,9 @@ addresses as k3s's ServiceLB does, kube-proxy answers there, and the host reache
 One backend runs on node-1. A Cluster-policy Service answers on both nodes' addresses; a Local-policy
 one is announced on node-1 only, whose healthCheckNodePort says 200 where node-2's says 503; one
 without node ports still answers on its address; a Service of another loadBalancerClass and one whose
-port is already taken get no address; a Service turned into a ClusterIP one gives its address back.
+port is already taken get no address; a Service turned into a ClusterIP one gives its address back. The
+cluster also ships the default IngressClass `pyk8s`, the host reaches pod IPs and ClusterIPs, and `down`
+leaves the host's routes and tables as they were before `up`.
 """
 
 from __future__ import annotations
@@ -12,15 +14,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from deploy.nodes import bridge_name
+from deploy.state import State
 from tests.conftest import free_port
 from tests.e2e.test_cluster_up import POD_TIMEOUT, UP_TIMEOUT, Cluster, pyk8s, short_state_dir, wait_for
 
@@ -61,9 +67,31 @@ def ingress(cluster: Cluster, name: str) -> list[str]:
     return [i["ip"] for i in ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []]
 
 
+def host_tables() -> set[str]:
+    """The host's routes (every table), rules and firewall tables, line by line, to compare before `up`
+    and after `down` (iptables-save's comments and counters left out)."""
+    out = set()
+    for argv in (["ip", "-4", "route", "show", "table", "all"], ["ip", "rule"], ["nft", "list", "ruleset"],
+                 ["iptables-legacy-save"], ["iptables-nft-save"]):
+        if shutil.which(argv[0]):
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+            out |= {f"{argv[0]}: {line.strip()}" for line in result.stdout.splitlines()
+                    if not line.startswith(("#", ":"))}
+    return out
+
+
+def ours(lines: set[str], state_dir: Path) -> list[str]:
+    """The lines that name this cluster's bridge, node segment or CIDRs, or a pyk8s component's rules."""
+    state = State.load(state_dir)
+    marks = (bridge_name(state), state.settings.node_subnet.rsplit(".", 1)[0] + ".", "proto 77", "10.96.0.0/12",
+             "10.244.", "KUBE-", "kube-proxy", "kube-network-policies", "PYK8S")
+    return sorted(line for line in lines if any(m in line for m in marks))
+
+
 @pytest.fixture(scope="module", params=["iptables", "nftables"])
 def setup(request: pytest.FixtureRequest) -> Iterator[Setup]:
     state_dir = short_state_dir()
+    before = host_tables()
     started = time.monotonic()
     result = pyk8s("up", "--state-dir", str(state_dir), "--port", str(free_port()), "--nodes", "2",
                    "--proxy-mode", request.param, timeout=UP_TIMEOUT)
@@ -83,7 +111,9 @@ def setup(request: pytest.FixtureRequest) -> Iterator[Setup]:
         yield Setup(cluster, node_ips, "web")
     finally:
         pyk8s("down", "--state-dir", str(state_dir), timeout=UP_TIMEOUT)
-        shutil.rmtree(state_dir.parent, ignore_errors=True)
+    changed = ours(host_tables() ^ before, state_dir)
+    shutil.rmtree(state_dir.parent, ignore_errors=True)
+    assert not changed, f"pyk8s down left the host's routes or tables changed: {changed}"
 
 
 def test_cluster_policy_service_answers_on_every_node_address(setup: Setup) -> None:
@@ -150,3 +180,25 @@ def test_a_service_that_stops_being_a_load_balancer_gives_the_address_back(setup
                                          "allocateLoadBalancerNodePorts": None}}))
     assert wait_for(lambda: ingress(cluster, "brief") == [], 30), ingress(cluster, "brief")
     assert wait_for(lambda: get(f"http://{ip}:85/")[0] == 0, 30), get(f"http://{ip}:85/")
+
+
+def test_up_ships_the_default_ingress_class(setup: Setup) -> None:
+    """`pyk8s` is the default IngressClass, so DefaultIngressClass gives it to an Ingress without one."""
+    cluster = setup.cluster
+    cls = cluster.get("ingressclass", "pyk8s")
+    assert cls["metadata"]["annotations"]["ingressclass.kubernetes.io/is-default-class"] == "true"
+    cluster.kubectl("create", "ingress", "web", "-n", NS, "--rule", "web.example/*=cluster:80")
+    assert cluster.get("ingress", "web", "-n", NS)["spec"]["ingressClassName"] == "pyk8s"
+
+
+def test_the_host_reaches_pod_ips_and_cluster_ips(setup: Setup) -> None:
+    """`up` routes the pod CIDRs and the Service CIDR from the host to the nodes."""
+    cluster = setup.cluster
+    pod_ip = cluster.get("pod", "web", "-n", NS)["status"]["podIP"]
+    assert get(f"http://{pod_ip}:8080/") == (200, "web\n")
+    cluster.kubectl("expose", "pod", "web", "-n", NS, "--name", "plain", "--port", "80", "--target-port", "8080")
+    cluster_ip = cluster.get("service", "plain", "-n", NS)["spec"]["clusterIP"]
+    assert wait_for(lambda: get(f"http://{cluster_ip}/") == (200, "web\n"), 30), get(f"http://{cluster_ip}/")
+    routes = subprocess.run(["ip", "-4", "route", "show", "10.96.0.0/12"], capture_output=True, text=True,
+                            timeout=30, check=True).stdout
+    assert "via" in routes and "proto 77" in routes, routes
