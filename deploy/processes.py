@@ -329,6 +329,8 @@ def node_specs(node: NodeNet) -> tuple[ProcessSpec, ...]:
         return [*_python("proxy_agent.networkpolicy"), f"--kubeconfig={state.kubeconfig}",
                 f"--hostname-override={node.name}", f"--nft-binary={node.bin_dir / 'nft'}",
                 f"--iptables-binary={node.bin_dir / 'iptables'}", "--bind-address=127.0.0.1",
+                # the node's packet filter is written with one tool: the proxy mode's
+                f"--backend={'nftables' if state.settings.proxy_mode == 'nftables' else 'iptables'}",
                 f"--secure-port={health_port(state, policy)}"]
 
     return (

@@ -53,6 +53,12 @@ async def main_async(args: argparse.Namespace) -> None:
         return
     node = (args.hostname_override or socket.gethostname()).strip().lower()
     rules = await choose_rules(args)
+    # what the other backend wrote before a switch would otherwise keep dropping traffic
+    other = IptablesRules(args.iptables_binary) if rules.mode == "nftables" else NftablesRules(args.nft_binary)
+    try:
+        await other.cleanup()
+    except Exception as exc:
+        log.debug("nothing of the other backend to clean up", mode=other.mode, error=str(exc))
     agent = PolicyAgent(rules, node, min_sync_period=args.min_sync_period, sync_period=args.sync_period)
     health = await start_health(args)
     if health is not None:

@@ -182,9 +182,23 @@ def _named(ports: list[Obj]) -> list[tuple[str, str]]:
     return [(str(p["port"]), p.get("protocol") or "TCP") for p in ports if _numeric(p) is None]
 
 
-def _rule_allows(cluster: Cluster, namespace: str, rule: Obj, peers_key: str, target: PodInfo,
-                 ingress: bool) -> list[Allow]:
-    """The allows one ingress or egress rule gives `target`."""
+@dataclass(frozen=True)
+class RuleAllows:
+    """What one ingress or egress rule allows: the same for every pod the policy selects, but for
+    ingress named ports, which each selected pod resolves against its own container ports."""
+
+    shared: tuple[Allow, ...]
+    peer_nets: tuple[str, ...] | None = None
+    named: tuple[tuple[str, str], ...] = ()
+
+    def for_target(self, target: PodInfo) -> list[Allow]:
+        resolved = tuple(sorted({PortMatch(proto, n, n) for name, proto in self.named
+                                 if (n := target.ports.get((name, proto)))}))
+        return [*self.shared, Allow(self.peer_nets, resolved)] if resolved else list(self.shared)
+
+
+def _rule_allows(cluster: Cluster, namespace: str, rule: Obj, peers_key: str, ingress: bool) -> RuleAllows:
+    """Resolve one rule's peers and ports (once per policy, not per selected pod)."""
     port_entries = rule.get("ports") or []
     numeric = tuple(sorted({m for m in map(_numeric, port_entries) if m is not None}))
     named = _named(port_entries)
@@ -196,19 +210,14 @@ def _rule_allows(cluster: Cluster, namespace: str, rule: Obj, peers_key: str, ta
         pods += p
         nets += n
     peer_nets = None if not peers else collapse([*nets, *(ipaddress.IPv4Network(p.ip) for p in pods)])
-    out: list[Allow] = []
     if peer_nets == ():
-        return out
+        return RuleAllows(())
     if not port_entries:
-        return [Allow(peer_nets, None)]
-    if numeric:
-        out.append(Allow(peer_nets, numeric))
+        return RuleAllows((Allow(peer_nets, None),))
+    shared = [Allow(peer_nets, numeric)] if numeric else []
     if named and ingress:
-        resolved = tuple(sorted({PortMatch(proto, n, n) for name, proto in named
-                                 if (n := target.ports.get((name, proto)))}))
-        if resolved:
-            out.append(Allow(peer_nets, resolved))
-    elif named:
+        return RuleAllows(tuple(shared), peer_nets, tuple(named))
+    if named:
         # an egress named port is the destination pod's: every pod the peers reach that has it
         if peers:
             candidates = {p.ip: p for p in pods}
@@ -216,12 +225,11 @@ def _rule_allows(cluster: Cluster, namespace: str, rule: Obj, peers_key: str, ta
         else:
             candidates = {p.ip: p for p in cluster.pods}
         for ip in sorted(candidates):
-            pod = candidates[ip]
             resolved = tuple(sorted({PortMatch(proto, n, n) for name, proto in named
-                                     if (n := pod.ports.get((name, proto)))}))
+                                     if (n := candidates[ip].ports.get((name, proto)))}))
             if resolved:
-                out.append(Allow((f"{ip}/32",), resolved))
-    return out
+                shared.append(Allow((f"{ip}/32",), resolved))
+    return RuleAllows(tuple(shared))
 
 
 def _in_any(ip: str, nets: list[Net]) -> bool:
@@ -231,6 +239,9 @@ def _in_any(ip: str, nets: list[Net]) -> bool:
 
 def compile_node(policies: Iterable[Obj], pods: Iterable[Obj], namespaces: Iterable[Obj], node: str) -> NodePrograms:
     """The programs of every isolated pod on `node`."""
+    policies = list(policies)
+    if not policies:
+        return NodePrograms()  # every pod is open: no need to look at them
     cluster = Cluster(pods, namespaces)
     ingress: dict[str, set[Allow]] = {}
     egress: dict[str, set[Allow]] = {}
@@ -240,16 +251,18 @@ def compile_node(policies: Iterable[Obj], pods: Iterable[Obj], namespaces: Itera
         namespace = meta.get("namespace", "")
         wants_ingress, wants_egress = policy_types(spec)
         targets = [p for p in cluster.select(namespace, spec.get("podSelector") or {}) if p.node == node]
-        for target in targets:
-            for wanted, direction, key, peers_key, into in (
-                (wants_ingress, "ingress", "ingress", "from", ingress),
-                (wants_egress, "egress", "egress", "to", egress),
-            ):
-                if not wanted:
-                    continue
+        if not targets:
+            continue
+        for wanted, direction, peers_key, into in ((wants_ingress, "ingress", "from", ingress),
+                                                   (wants_egress, "egress", "to", egress)):
+            if not wanted:
+                continue
+            rules = [_rule_allows(cluster, namespace, rule, peers_key, direction == "ingress")
+                     for rule in spec.get(direction) or []]
+            for target in targets:
                 allows = into.setdefault(target.ip, set())
-                for rule in spec.get(key) or []:
-                    allows.update(_rule_allows(cluster, namespace, rule, peers_key, target, direction == "ingress"))
+                for rule_allows in rules:
+                    allows.update(rule_allows.for_target(target))
     return NodePrograms(
         ingress={ip: Program(tuple(sorted(a, key=_order))) for ip, a in ingress.items()},
         egress={ip: Program(tuple(sorted(a, key=_order))) for ip, a in egress.items()},

@@ -9,7 +9,7 @@ the destination pod's ingress in turn. Each sync deletes and recreates the whole
 same `nft -f`, so no packet sees half a ruleset; conntrack keeps established connections alive.
 
 iptables (where nft is missing): the same layout in the filter table, chains KUBE-NWPLCY-*, written
-by one `iptables-restore --noflush`, with jumps from FORWARD and INPUT inserted first.
+by one `iptables-restore --noflush`; the jumps from FORWARD and INPUT are kept the first rules there.
 """
 
 from __future__ import annotations
@@ -161,10 +161,25 @@ class IptablesRules:
         text = render_iptables(programs, await self._existing())
         await run_tool([self.binary + "-restore", "-w", "--noflush"], stdin=text)
         for builtin, chain in IPT_JUMPS:
-            rc, _ = await run_tool([self.binary, "-w", "-t", "filter", "-C", builtin, "-j", chain], check=False)
-            if rc != 0:
-                await run_tool([self.binary, "-w", "-t", "filter", "-I", builtin, "1", "-j", chain])
+            await self._first(builtin, chain)
         return text
+
+    async def _first(self, builtin: str, chain: str) -> None:
+        """Keep our jump the first rule of `builtin`: a rule before it that ACCEPTs (kube-proxy's
+        KUBE-FORWARD accepts masquerade-marked packets) would let a packet skip the policies."""
+        ours = f"-A {builtin} -j {chain}"
+        rules = await self._rules(builtin)
+        if rules and rules[0] == ours:
+            return
+        # insert first, then delete the old copies by number, so there is no moment without the jump
+        await run_tool([self.binary, "-w", "-t", "filter", "-I", builtin, "1", "-j", chain])
+        rules = await self._rules(builtin)
+        for number in sorted((i for i, rule in enumerate(rules, 1) if rule == ours and i > 1), reverse=True):
+            await run_tool([self.binary, "-w", "-t", "filter", "-D", builtin, str(number)])
+
+    async def _rules(self, builtin: str) -> list[str]:
+        _, listing = await run_tool([self.binary, "-w", "-t", "filter", "-S", builtin], check=False)
+        return [line for line in listing.splitlines() if line.startswith(f"-A {builtin} ")]
 
     async def cleanup(self) -> None:
         for builtin, chain in IPT_JUMPS:
