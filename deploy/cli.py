@@ -108,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     count.add_argument("--no-nodes", dest="nodes", action="store_const", const=0, help="the control plane only")
     up.add_argument("--hollow-nodes", type=int, help="simulated nodes in one process (default 0, then remembered)")
     up.add_argument("--proxy-mode", choices=PROXY_MODES, help="kube-proxy mode (default iptables, then remembered)")
+    up.add_argument("--service-lb-pool", metavar="CIDR|FIRST-LAST,...",
+                    help="addresses for LoadBalancer Services, routed from the host to a node that answers them "
+                         "(default: the nodes' own addresses; \"\" goes back to them; remembered)")
     with_state_dir(commands.add_parser("down", help="stop the local cluster and its pods, keep its data"))
     with_state_dir(commands.add_parser("status", help="show each process and whether it is ready"))
 
@@ -151,6 +154,7 @@ def run(argv: list[str] | None = None) -> int:
         try:
             request = local.Request(port=args.port, etcd_servers=args.etcd_servers, nodes=args.nodes,
                                     hollow_nodes=args.hollow_nodes, proxy_mode=args.proxy_mode,
+                                    service_lb_pool=args.service_lb_pool,
                                     etcd_cafile=args.etcd_cafile, etcd_certfile=args.etcd_certfile,
                                     etcd_keyfile=args.etcd_keyfile,
                                     encryption_provider_config=args.encryption_provider_config)

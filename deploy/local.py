@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import ipaddress
 import os
 import shutil
 import signal
@@ -155,6 +156,7 @@ class Request:
     nodes: int | None = None
     hollow_nodes: int | None = None
     proxy_mode: str | None = None
+    service_lb_pool: str | None = None
     #: files for --etcd-servers' TLS and the apiserver's EncryptionConfiguration; "" forgets one
     etcd_cafile: str | None = None
     etcd_certfile: str | None = None
@@ -182,6 +184,16 @@ def _apply(state: State, request: Request) -> None:
         if request.proxy_mode not in PROXY_MODES:
             raise UpError(f"--proxy-mode must be one of {', '.join(PROXY_MODES)}")
         s.proxy_mode = request.proxy_mode
+    if request.service_lb_pool is not None:
+        for item in filter(None, (i.strip() for i in request.service_lb_pool.split(","))):
+            try:
+                if "-" in item:
+                    [ipaddress.IPv4Address(part.strip()) for part in item.split("-", 1)]
+                else:
+                    ipaddress.IPv4Network(item, strict=False)
+            except ValueError:
+                raise UpError(f"--service-lb-pool: {item!r} is neither an IPv4 CIDR nor a first-last range") from None
+        s.service_lb_pool = request.service_lb_pool
 
 
 def _assign_ports(state: State) -> None:

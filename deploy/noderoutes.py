@@ -4,7 +4,8 @@ One per cluster, started by `pyk8s up`. It watches Nodes and, in each real node'
 routes every other node's spec.podCIDR via that node's InternalIP on the node segment, and removes
 the routes of nodes that are gone. With `--host-routes` it routes every node's pod CIDR from the host
 too, because the apiserver must reach pod IPs directly, as upstream's does (services/proxy, pods/proxy),
-and with `--service-cidr` the Service CIDR via one node, so the host reaches ClusterIPs.
+with `--service-cidr` the Service CIDR via one node, so the host reaches ClusterIPs, and with
+`--load-balancer-routes` each LoadBalancer address of a pool via a node that answers it.
 Its routes carry a protocol number of their own, so it finds and replaces only what it wrote.
 """
 
@@ -28,6 +29,8 @@ from services.runtime import base_parser, client_config, run, setup_logging, sta
 log = structlog.get_logger("noderoutes")
 
 NODES = gvr("v1", "nodes", namespaced=False)
+SERVICES = gvr("v1", "services")
+ENDPOINT_SLICES = gvr("discovery.k8s.io/v1", "endpointslices")
 ROUTE_PROTO = "77"
 DEBOUNCE = 0.05
 
@@ -45,6 +48,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--service-cidr", default="",
                    help="with --host-routes, also route the Service CIDR from the host to one node, whose "
                         "kube-proxy answers ClusterIPs (as kind users route it by hand)")
+    p.add_argument("--load-balancer-routes", action="store_true",
+                   help="with --host-routes, also route each LoadBalancer address that is no node's from the host "
+                        "to a node that answers it (with externalTrafficPolicy Local, one with an endpoint), as a "
+                        "layer-2 load balancer announces it")
     p.add_argument("--resync", type=float, default=10.0, help="seconds between full resyncs")
     return p
 
@@ -84,6 +91,35 @@ def host_routes(table: dict[str, tuple[str, list[str]]], service_cidr: str = "")
     return out
 
 
+def lb_routes(services: list[Obj], slices: list[Obj], table: dict[str, tuple[str, list[str]]]) -> dict[str, str]:
+    """LoadBalancer ingress address -> the node IP to route it via, for addresses that are no node's own:
+    the first node by name, or with externalTrafficPolicy Local the first with a ready endpoint."""
+    node_ips = {ip for ip, _ in table.values()}
+    local: dict[str, set[str]] = {}
+    for sl in slices:
+        meta = sl.get("metadata") or {}
+        svc = (meta.get("labels") or {}).get("kubernetes.io/service-name")
+        for ep in sl.get("endpoints") or [] if svc else []:
+            if (ep.get("conditions") or {}).get("ready") is not False and ep.get("nodeName"):
+                local.setdefault(f"{meta.get('namespace', '')}/{svc}", set()).add(ep["nodeName"])
+    out = {}
+    for svc in services:
+        spec, meta = svc.get("spec") or {}, svc.get("metadata") or {}
+        if spec.get("type") != "LoadBalancer":
+            continue
+        candidates = sorted(table)
+        if spec.get("externalTrafficPolicy") == "Local":
+            candidates = [n for n in candidates if n in local.get(f"{meta.get('namespace', '')}/{meta.get('name')}",
+                                                                  set())]
+        if not candidates:
+            continue
+        for ingress in ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []:
+            ip = ingress.get("ip") or ""
+            if ip and ":" not in ip and ip not in node_ips:
+                out[ip] = table[candidates[0]][0]
+    return out
+
+
 def route_batch(current: dict[str, str], desired: dict[str, str]) -> list[str]:
     """`ip -batch` lines turning `current` into `desired`."""
     lines = [f"route replace {cidr} via {gw} proto {ROUTE_PROTO}" for cidr, gw in sorted(desired.items())
@@ -111,8 +147,11 @@ def netns_exists(netns: str) -> bool:
 
 class RouteSync:
     def __init__(self, informer: Informer, netns: dict[str, str], subnet: ipaddress.IPv4Network,
-                 host: bool = False, service_cidr: str = "") -> None:
+                 host: bool = False, service_cidr: str = "", services: Informer | None = None,
+                 slices: Informer | None = None) -> None:
         self.informer = informer
+        self.services = services
+        self.slices = slices
         self.netns = netns
         self.subnet = subnet
         self.host = host
@@ -123,7 +162,10 @@ class RouteSync:
         table = routes_by_node(self.informer.list(), self.subnet)
         syncs = [self.sync_node(node, ns, table) for node, ns in self.netns.items()]
         if self.host:
-            syncs.append(self.apply(None, "host", host_routes(table, self.service_cidr)))
+            wanted = host_routes(table, self.service_cidr)
+            if self.services is not None and self.slices is not None:
+                wanted.update(lb_routes(self.services.list(), self.slices.list(), table))
+            syncs.append(self.apply(None, "host", wanted))
         results = await asyncio.gather(*syncs, return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         for error in errors:
@@ -149,17 +191,22 @@ async def main_async(args: argparse.Namespace) -> None:
     netns = dict(item.split("=", 1) for item in args.netns)
     client = Client(client_config(args, "pyk8s-noderoutes"))
     informer = Informer(client, NODES)
+    extra = [Informer(client, SERVICES), Informer(client, ENDPOINT_SLICES)] if args.load_balancer_routes else []
     routes = RouteSync(informer, netns, ipaddress.IPv4Network(args.node_subnet), host=args.host_routes,
-                       service_cidr=args.service_cidr)
+                       service_cidr=args.service_cidr, services=extra[0] if extra else None,
+                       slices=extra[1] if extra else None)
     wake = asyncio.Event()
-    informer.add_event_handler(lambda _n: wake.set(), lambda _o, _n: wake.set(), lambda _n: wake.set())
+    for watched in (informer, *extra):
+        watched.add_event_handler(lambda _n: wake.set(), lambda _o, _n: wake.set(), lambda _n: wake.set())
     health = await start_health(args)
     if health is not None:
         health.add_readyz_check("routes", lambda: routes.synced)
-    informer.start()
+    for watched in (informer, *extra):
+        watched.start()
     log.info("starting node route sync", nodes=sorted(netns), subnet=args.node_subnet)
     try:
-        await informer.wait_for_sync()
+        for watched in (informer, *extra):
+            await watched.wait_for_sync()
         while True:
             await asyncio.sleep(DEBOUNCE)
             wake.clear()
@@ -168,7 +215,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 async with asyncio.timeout(args.resync):
                     await wake.wait()
     finally:
-        await informer.stop()
+        for watched in (informer, *extra):
+            await watched.stop()
         await client.close()
         if health is not None:
             await health.stop()

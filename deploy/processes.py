@@ -186,13 +186,14 @@ def _controller_manager_argv(state: State) -> list[str]:
             f"--root-ca-file={state.pki.ca[0]}", f"--service-cluster-ip-range={SERVICE_CIDR}",
             f"--cluster-cidr={CLUSTER_CIDR}", "--allocate-node-cidrs=true",
             f"--cluster-signing-cert-file={state.pki.ca[0]}", f"--cluster-signing-key-file={state.pki.ca[1]}",
-            "--controllers=*,bootstrapsigner,tokencleaner,pyk8s-hostpath-provisioner,pyk8s-service-lb"]
+            "--controllers=*,bootstrapsigner,tokencleaner,pyk8s-hostpath-provisioner,pyk8s-service-lb",
+            f"--service-lb-pool={state.settings.service_lb_pool}"]
 
 
 def _noderoutes_argv(state: State) -> list[str]:
     pairs = [f"--netns={n.name}={n.netns}" for n in nodes.node_nets(state)]
     return [*_component("deploy.noderoutes", "noderoutes")(state), f"--node-subnet={state.settings.node_subnet}",
-            "--host-routes", f"--service-cidr={SERVICE_CIDR}", *pairs]
+            "--host-routes", f"--service-cidr={SERVICE_CIDR}", "--load-balancer-routes", *pairs]
 
 
 def _dns_argv(state: State) -> list[str]:

@@ -35,6 +35,8 @@ class Settings:
     nodes: int = 1
     hollow_nodes: int = 0
     proxy_mode: str = "iptables"
+    #: Addresses pyk8s-service-lb gives LoadBalancer Services; empty: the nodes' own.
+    service_lb_pool: str = ""
     #: The L2 segment joining the node namespaces (a /24 on a bridge of ours), picked once.
     node_subnet: str = ""
     #: Where the cluster DNS server listens on the host side of that segment.
