@@ -196,8 +196,26 @@ async def main_async(args: argparse.Namespace) -> None:
                        service_cidr=args.service_cidr, services=extra[0] if extra else None,
                        slices=extra[1] if extra else None)
     wake = asyncio.Event()
-    for watched in (informer, *extra):
-        watched.add_event_handler(lambda _n: wake.set(), lambda _o, _n: wake.set(), lambda _n: wake.set())
+    informer.add_event_handler(lambda _n: wake.set(), lambda _o, _n: wake.set(), lambda _n: wake.set())
+    if extra:
+        services, slices = extra
+
+        def service_changed(*objs: Obj) -> None:
+            if any(((o or {}).get("spec") or {}).get("type") == "LoadBalancer" for o in objs):
+                wake.set()
+
+        def slice_changed(*objs: Obj) -> None:
+            """Only a Local LoadBalancer's endpoints move its route; other slices churn without a sync."""
+            for sl in objs:
+                meta = sl.get("metadata") or {}
+                svc = services.get((meta.get("labels") or {}).get("kubernetes.io/service-name", ""),
+                                   meta.get("namespace"))
+                spec = (svc or {}).get("spec") or {}
+                if spec.get("type") == "LoadBalancer" and spec.get("externalTrafficPolicy") == "Local":
+                    wake.set()
+
+        services.add_event_handler(service_changed, service_changed, service_changed)
+        slices.add_event_handler(slice_changed, slice_changed, slice_changed)
     health = await start_health(args)
     if health is not None:
         health.add_readyz_check("routes", lambda: routes.synced)
