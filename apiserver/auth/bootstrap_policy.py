@@ -108,6 +108,35 @@ def _signer_approver(name: str, signer: str) -> Obj:
                  [rule(("approve",), ("certificates.k8s.io",), ("signers",), names=(signer,))])
 
 
+def node_rules() -> list[Obj]:
+    """Upstream's NodeRules(): what every kubelet may do, the `system:node` role's rules, which the Node
+    authorizer applies to nodes for the resources it does not scope per node."""
+    return [
+        rule(("create",), ("authentication.k8s.io",), ("tokenreviews",)),
+        rule(("create",), ("authorization.k8s.io",), ("subjectaccessreviews", "localsubjectaccessreviews")),
+        rule(READ, ("",), ("services",)),
+        rule(("create", "get", "list", "watch"), ("",), ("nodes",)),
+        rule(("update", "patch"), ("",), ("nodes/status",)),
+        rule(("update", "patch"), ("",), ("nodes",)),
+        events_rule(),
+        rule(READ, ("",), ("pods",)),
+        rule(("create", "delete"), ("",), ("pods",)),
+        rule(("update", "patch"), ("",), ("pods/status",)),
+        rule(("create",), ("",), ("pods/eviction",)),
+        rule(READ, ("",), ("secrets", "configmaps")),
+        rule(("get",), ("",), ("persistentvolumeclaims", "persistentvolumes")),
+        rule(("get",), ("",), ("endpoints",)),
+        rule(("create", "get", "list", "watch"), ("certificates.k8s.io",), ("certificatesigningrequests",)),
+        rule(("delete", "create", "get", "update", "patch"), ("coordination.k8s.io",), ("leases",)),
+        rule(("get",), ("storage.k8s.io",), ("volumeattachments",)),
+        rule(("create",), ("",), ("serviceaccounts/token",)),
+        rule(("get", "update", "patch"), ("",), ("persistentvolumeclaims/status",)),
+        rule(READ, ("storage.k8s.io",), ("csidrivers",)),
+        rule(("get", "create", "update", "patch", "delete"), ("storage.k8s.io",), ("csinodes",)),
+        rule(READ, ("node.k8s.io",), ("runtimeclasses",)),
+    ]
+
+
 def cluster_roles() -> list[Obj]:
     """Upstream's ClusterRoles(): the user-facing and system roles."""
     write = ("create", "delete", "deletecollection", "patch", "update")
@@ -174,30 +203,7 @@ def cluster_roles() -> list[Obj]:
             rule(READ, ("networking.k8s.io",), ("ingresses", "ingresses/status", "networkpolicies")),
         ], labels={f"{RBAC_GROUP}/aggregate-to-view": "true"}),
         _role("ClusterRole", "system:kube-aggregator", [rule(READ, ("",), ("services", "endpoints"))]),
-        _role("ClusterRole", "system:node", [
-            rule(("create",), ("authentication.k8s.io",), ("tokenreviews",)),
-            rule(("create",), ("authorization.k8s.io",), ("subjectaccessreviews", "localsubjectaccessreviews")),
-            rule(READ, ("",), ("services",)),
-            rule(("create", "get", "list", "watch"), ("",), ("nodes",)),
-            rule(("update", "patch"), ("",), ("nodes/status",)),
-            rule(("update", "patch"), ("",), ("nodes",)),
-            events_rule(),
-            rule(READ, ("",), ("pods",)),
-            rule(("create", "delete"), ("",), ("pods",)),
-            rule(("update", "patch"), ("",), ("pods/status",)),
-            rule(("create",), ("",), ("pods/eviction",)),
-            rule(READ, ("",), ("secrets", "configmaps")),
-            rule(("get",), ("",), ("persistentvolumeclaims", "persistentvolumes")),
-            rule(("get",), ("",), ("endpoints",)),
-            rule(("create", "get", "list", "watch"), ("certificates.k8s.io",), ("certificatesigningrequests",)),
-            rule(("delete", "create", "get", "update", "patch"), ("coordination.k8s.io",), ("leases",)),
-            rule(("get",), ("storage.k8s.io",), ("volumeattachments",)),
-            rule(("create",), ("",), ("serviceaccounts/token",)),
-            rule(("get", "update", "patch"), ("",), ("persistentvolumeclaims/status",)),
-            rule(READ, ("storage.k8s.io",), ("csidrivers",)),
-            rule(("get", "create", "update", "patch", "delete"), ("storage.k8s.io",), ("csinodes",)),
-            rule(READ, ("node.k8s.io",), ("runtimeclasses",)),
-        ]),
+        _role("ClusterRole", "system:node", node_rules()),
         _role("ClusterRole", "system:node-problem-detector", [
             rule(("get",), ("",), ("nodes",)),
             rule(("patch",), ("",), ("nodes/status",)),
