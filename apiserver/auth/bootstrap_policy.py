@@ -447,6 +447,11 @@ _CONTROLLER_RULES: dict[str, list[Obj]] = {
         events_rule(),
         rule(("update", "delete"), ("",), ("persistentvolumeclaims",)),
     ],
+    "taint-eviction-controller": [
+        rule(("patch", "update"), ("",), ("pods/status",)),
+        rule(("list", "delete"), ("",), ("pods",)),
+        events_rule(),
+    ],
     "ttl-after-finished-controller": [
         rule(("get", "list", "watch", "delete"), ("batch",), ("jobs",)),
         events_rule(),
