@@ -20,7 +20,7 @@ from typing import Any
 
 from apiserver.auth.authz import ALLOW, NO_OPINION, Attributes, Rules
 from apiserver.auth.rbac import rule_allows
-from apiserver.storage.cache import ResourceCache, Watcher
+from apiserver.storage.cache import ResourceCache
 from services.api import podrefs
 from services.auth.identity import UserInfo, node_identity
 
@@ -67,13 +67,14 @@ def pv_edges(pv: Obj) -> list[Edge]:
 
 
 class _Source:
-    """One resource feeding the graph: its cache, a watcher drained on each question, and the edges
+    """One resource feeding the graph: its cache, the last change of it the graph applied, and the edges
     each of its objects contributed, so an update replaces them and a delete takes them back."""
 
     def __init__(self, cache: ResourceCache, edges: Callable[[Obj], list[Edge]]) -> None:
         self.cache = cache
         self.edges = edges
-        self.watcher: Watcher | None = None
+        #: None until the graph first read the cache whole
+        self.applied: int | None = None
         self.contributed: dict[str, list[Edge]] = {}
 
 
@@ -115,27 +116,20 @@ class NodeGraph:
             self._set(source, key, entry.obj)
 
     def sync(self) -> None:
-        """Apply what the caches changed since the last question; a cache that reloaded (or a backlog
-        that overflowed) is read again whole."""
+        """Apply the changes the caches made since the last question, from their bounded history; when
+        that no longer reaches back far enough (or a cache reloaded), read the cache again whole."""
         for source in self._sources:
             cache = source.cache
-            if source.watcher is None:
-                if not cache.ready:
-                    continue
-                source.watcher = Watcher(cache.prefix, None)
-                cache.watchers.add(source.watcher)
-                self._rebuild(source)
+            if not cache.ready:
                 continue
-            watcher = source.watcher
-            if watcher.overflowed:
-                watcher.queue.clear()
-                watcher.overflowed = False
+            changes = None if source.applied is None else cache.changes_since(source.applied)
+            if changes is None:
                 self._rebuild(source)
+                source.applied = cache.history[-1].revision if cache.history else cache.history_start
                 continue
-            while watcher.queue:
-                kind, change = watcher.queue.popleft()
-                self._set(source, change.key, None if kind == "DELETED" else change.obj)
-            watcher.wakeup.clear()
+            for change in changes:
+                self._set(source, change.key, None if change.type == "DELETED" else change.obj)
+                source.applied = change.revision
 
     def has_path(self, node: str, start: Vertex) -> bool:
         """Whether `start` leads to `node`, never walking through another node."""

@@ -100,17 +100,19 @@ def test_a_secret_shared_by_two_pods_stays_until_both_are_gone() -> None:
     assert ask(authz, n1, "GET", path)[0] == NO_OPINION
 
 
-def test_an_overflowed_watcher_rebuilds_the_graph_from_the_cache() -> None:
+def test_a_graph_behind_the_caches_history_is_rebuilt_from_the_cache() -> None:
     c = Caches()
-    graph = NodeGraph(c.pods, c.pvs)
-    authz = NodeAuthorizer(graph, node_rules())
-    n1 = node_user("n1")
-    assert ask(authz, n1, "GET", "/api/v1/namespaces/default/pods/p")[0] == NO_OPINION
+    authz = NodeAuthorizer(NodeGraph(c.pods, c.pvs), node_rules())
+    n1, path = node_user("n1"), "/api/v1/namespaces/default/pods/"
+    c.put(c.pods, "default/old", pod("old", "n1"))
+    assert ask(authz, n1, "GET", path + "old")[0] == ALLOW
+    c.delete(c.pods, "default/old")
     c.put(c.pods, "default/p", pod("p", "n1"))
-    for watcher in c.pods.watchers:  # as a reload marks them: the changes themselves are lost
-        watcher.queue.clear()
-        watcher.overflowed = True
-    assert ask(authz, n1, "GET", "/api/v1/namespaces/default/pods/p") == (ALLOW, "")
+    # as after a reload, or more changes than the history keeps: the changes themselves are gone
+    c.pods.history.clear()
+    c.pods.history_start = c.revision
+    assert ask(authz, n1, "GET", path + "p") == (ALLOW, "")
+    assert ask(authz, n1, "GET", path + "old")[0] == NO_OPINION
 
 
 def test_nodes_pods_leases_and_tokens_are_scoped_to_the_node() -> None:
