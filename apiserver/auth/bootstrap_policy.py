@@ -288,6 +288,10 @@ def cluster_roles() -> list[Obj]:
     ]
 
 
+#: the verbs a controller writes its objects' status with: upstream's send UpdateStatus, pyk8s's send
+#: merge patches of `status` alone (no conflict on a concurrent spec change), so their roles grant both
+STATUS_WRITE = ("update", "patch")
+
 #: upstream's controller roles for the controllers pyk8s runs: service account name -> rules
 _CONTROLLER_RULES: dict[str, list[Obj]] = {
     "certificate-controller": [
@@ -308,14 +312,14 @@ _CONTROLLER_RULES: dict[str, list[Obj]] = {
     "cronjob-controller": [
         rule(("get", "list", "watch", "update"), ("batch",), ("cronjobs",)),
         rule(("get", "list", "watch", "create", "update", "delete", "patch"), ("batch",), ("jobs",)),
-        rule(("update",), ("batch",), ("cronjobs/status",)),
+        rule(STATUS_WRITE, ("batch",), ("cronjobs/status",)),
         rule(("update",), ("batch",), ("cronjobs/finalizers",)),
         rule(("list", "delete"), ("",), ("pods",)),
         events_rule(),
     ],
     "daemon-set-controller": [
         rule(READ, ("extensions", "apps"), ("daemonsets",)),
-        rule(("update",), ("extensions", "apps"), ("daemonsets/status",)),
+        rule(STATUS_WRITE, ("extensions", "apps"), ("daemonsets/status",)),
         rule(("update",), ("extensions", "apps"), ("daemonsets/finalizers",)),
         rule(("list", "watch"), ("",), ("nodes",)),
         rule(("list", "watch", "create", "delete", "patch"), ("",), ("pods",)),
@@ -324,8 +328,9 @@ _CONTROLLER_RULES: dict[str, list[Obj]] = {
         events_rule(),
     ],
     "deployment-controller": [
-        rule(("get", "list", "watch", "update"), ("extensions", "apps"), ("deployments",)),
-        rule(("update",), ("extensions", "apps"), ("deployments/status",)),
+        # pyk8s's controller patches a deployment's revision annotations where upstream's updates it
+        rule(("get", "list", "watch", "update", "patch"), ("extensions", "apps"), ("deployments",)),
+        rule(STATUS_WRITE, ("extensions", "apps"), ("deployments/status",)),
         rule(("update",), ("extensions", "apps"), ("deployments/finalizers",)),
         rule(("get", "list", "watch", "create", "update", "patch", "delete"), ("apps", "extensions"), ("replicasets",)),
         rule(("get", "list", "watch", "update"), ("",), ("pods",)),
@@ -367,14 +372,15 @@ _CONTROLLER_RULES: dict[str, list[Obj]] = {
     ],
     "job-controller": [
         rule(("get", "list", "watch", "update", "patch"), ("batch",), ("jobs",)),
-        rule(("update",), ("batch",), ("jobs/status",)),
+        rule(STATUS_WRITE, ("batch",), ("jobs/status",)),
         rule(("update",), ("batch",), ("jobs/finalizers",)),
         rule(("list", "watch", "create", "delete", "patch"), ("",), ("pods",)),
         events_rule(),
     ],
     "namespace-controller": [
         rule(("get", "list", "watch", "delete"), ("",), ("namespaces",)),
-        rule(("update",), ("",), ("namespaces/finalize", "namespaces/status")),
+        rule(("update",), ("",), ("namespaces/finalize",)),
+        rule(STATUS_WRITE, ("",), ("namespaces/status",)),
         rule(("get", "list", "delete", "deletecollection"), ("*",), ("*",)),
     ],
     "node-controller": [
@@ -411,14 +417,14 @@ _CONTROLLER_RULES: dict[str, list[Obj]] = {
     ],
     "replicaset-controller": [
         rule(("get", "list", "watch", "update"), ("apps", "extensions"), ("replicasets",)),
-        rule(("update",), ("apps", "extensions"), ("replicasets/status",)),
+        rule(STATUS_WRITE, ("apps", "extensions"), ("replicasets/status",)),
         rule(("update",), ("apps", "extensions"), ("replicasets/finalizers",)),
         rule(("list", "watch", "patch", "create", "delete"), ("",), ("pods",)),
         events_rule(),
     ],
     "replication-controller": [
         rule(("get", "list", "watch", "update"), ("",), ("replicationcontrollers",)),
-        rule(("update",), ("",), ("replicationcontrollers/status",)),
+        rule(STATUS_WRITE, ("",), ("replicationcontrollers/status",)),
         rule(("update",), ("",), ("replicationcontrollers/finalizers",)),
         rule(("list", "watch", "patch", "create", "delete"), ("",), ("pods",)),
         events_rule(),
@@ -439,7 +445,7 @@ _CONTROLLER_RULES: dict[str, list[Obj]] = {
     "statefulset-controller": [
         rule(("list", "watch"), ("",), ("pods",)),
         rule(READ, ("apps",), ("statefulsets",)),
-        rule(("update",), ("apps",), ("statefulsets/status",)),
+        rule(STATUS_WRITE, ("apps",), ("statefulsets/status",)),
         rule(("update",), ("apps",), ("statefulsets/finalizers",)),
         rule(("get", "create", "delete", "update", "patch"), ("",), ("pods",)),
         rule(("get", "create", "delete", "update", "patch", "list", "watch"), ("apps",), ("controllerrevisions",)),

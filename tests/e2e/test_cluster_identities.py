@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import ssl
 import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
+from deploy.bootstrap import node_client
 from tests.conftest import KUBECTL, free_port
 from tests.e2e.test_cluster_up import (
     POD_TIMEOUT,
@@ -74,6 +77,23 @@ def test_no_component_but_the_admin_is_system_masters(cluster: Cluster) -> None:
         assert set(groups) <= set(info.get("groups", [])), identity
     admin = json.loads(cluster.kubectl("auth", "whoami", "-o", "json"))["status"]["userInfo"]
     assert "system:masters" in admin["groups"]
+    # and the running processes were handed those kubeconfigs, none the admin's
+    state = cluster.state
+    handed = {}
+    for pid_file in (state.root / "run").glob("*.pid"):
+        try:
+            argv = Path(f"/proc/{pid_file.read_text().strip()}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        for arg in argv:
+            if arg.startswith(b"--kubeconfig="):
+                handed[pid_file.stem] = Path(arg.decode().split("=", 1)[1])
+    assert state.kubeconfig not in handed.values(), handed
+    assert handed["scheduler"] == state.component_kubeconfig("scheduler")
+    assert handed["controller-manager"] == state.component_kubeconfig("controller-manager")
+    assert handed["cluster-dns"] == state.component_kubeconfig("cluster-dns")
+    assert handed["kubelet-node-1"] == state.component_kubeconfig("kubelet-node-1")
+    assert handed["kube-proxy-node-2"] == state.component_kubeconfig("kube-proxy")
     # the scheduler may bind pods but not read secrets; kube-proxy may not even list pods
     assert kubectl_as(cluster, "scheduler", "auth", "can-i", "get", "secrets", "-A").stdout.strip() == "no"
     assert kubectl_as(cluster, "kube-proxy", "auth", "can-i", "list", "pods").stdout.strip() == "no"
@@ -100,9 +120,18 @@ def test_a_kubelet_reads_and_writes_only_what_is_its_nodes(cluster: Cluster) -> 
             ) in other.stderr
     labelled = kubectl_as(cluster, "kubelet-node-1", "label", "node", "node-1", "example.com/e2e=yes")
     assert labelled.returncode == 0, labelled.stderr
-    foreign = kubectl_as(cluster, "kubelet-node-1", "label", "node", "node-2", "example.com/e2e=yes")
-    assert foreign.returncode == 1
-    assert 'nodes "node-2" is forbidden: node "node-1" is not allowed to modify node "node-2"' in foreign.stderr
+    # kubectl reads a Node before it patches it, which the Node authorizer refuses first: patch directly
+    state = cluster.state
+    tls = ssl.create_default_context(cafile=str(state.pki.ca[0]))
+    tls.load_cert_chain(*state.pki.client(node_client("node-1")))
+    with httpx.Client(base_url=state.server, verify=tls) as kubelet:
+        foreign = kubelet.patch("/api/v1/nodes/node-2", content=b'{"metadata":{"labels":{"example.com/e2e":"yes"}}}',
+                                headers={"content-type": "application/merge-patch+json"})
+    assert foreign.status_code == 403
+    assert foreign.json()["message"] == ('nodes "node-2" is forbidden: node "node-1" is not allowed to modify node '
+                                         '"node-2"')
+    read = kubectl_as(cluster, "kubelet-node-1", "get", "node", "node-2")
+    assert "node 'node-1' cannot read 'node-2', only its own Node object" in read.stderr
     cluster.kubectl("delete", "namespace", ns, "--wait=false")
 
 
