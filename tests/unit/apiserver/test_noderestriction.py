@@ -154,3 +154,19 @@ async def test_leases_and_claims() -> None:
                   "status.capacity and status.conditions: status.phase")
     await refused(claims.admit(UPDATE, grown, old, "", False, N1),
                   'persistentvolumeclaims "data" is forbidden: may only update PVC status')
+
+
+async def test_a_mirror_pod_gets_no_service_account_so_its_node_may_create_it() -> None:
+    """ServiceAccount admission leaves mirror pods alone, as upstream's: a default account would make
+    NodeRestriction refuse the kubelet its own static pod."""
+    cache = SimpleNamespace(resources={ROOT + "minions/": SimpleNamespace(entries={ROOT + "minions/n1": SimpleNamespace(
+        obj=NODE1)})}, store=Store())
+    built = chain.build(["ServiceAccount", "NodeRestriction"], PluginConfig(cache, ROOT))  # type: ignore[arg-type]
+    pods = built.for_resource(next(r for r in BUILTIN if r.group == "" and r.plural == "pods"))
+    mirror = pod("static-n1", "n1", annotations={"kubernetes.io/config.mirror": "h"}, ownerReferences=[
+        {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "node-uid-1", "controller": True}])
+    await pods.admit(CREATE, mirror, None, "", False, N1)
+    assert "serviceAccountName" not in mirror["spec"]
+    plain = pod("plain", "n1")
+    await pods.admit(CREATE, plain, None, "", False, ADMIN)
+    assert plain["spec"]["serviceAccountName"] == "default"
