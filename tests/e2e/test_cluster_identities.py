@@ -29,6 +29,7 @@ from tests.e2e.test_cluster_up import (
     wait_for,
 )
 from tests.e2e.test_cluster_up import pytestmark as cluster_up_marks
+from tests.integration.test_certificates import csr_body, new_request
 
 pytestmark = cluster_up_marks
 
@@ -45,7 +46,7 @@ IDENTITIES = {
 #: the controllers whose service accounts a rollout, a job and a namespace deletion go through
 CONTROLLER_ACCOUNTS = ("deployment-controller", "replicaset-controller", "job-controller", "namespace-controller",
                        "generic-garbage-collector", "endpointslice-controller", "service-account-controller",
-                       "root-ca-cert-publisher", "node-controller")
+                       "root-ca-cert-publisher", "node-controller", "certificate-controller")
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +148,12 @@ def test_controllers_run_as_their_own_service_accounts_and_the_cluster_converges
     cluster.kubectl("delete", "deployment", "web", "-n", ns)
     assert wait_for(lambda: not cluster.get("pods", "-n", ns, "-l", "app=web")["items"], POD_TIMEOUT)
     cluster.kubectl("delete", "namespace", ns, f"--timeout={int(POD_TIMEOUT)}s")
+    # the CSR signer issues an approved client certificate
+    request, _ = new_request("e2e-user", ("e2e",))
+    name = f"e2e-{uuid.uuid4().hex[:6]}"
+    cluster.apply(csr_body(name, request, "kubernetes.io/kube-apiserver-client", ["client auth"]))
+    cluster.kubectl("certificate", "approve", name)
+    assert wait_for(lambda: bool(cluster.get("csr", name).get("status", {}).get("certificate")), POD_TIMEOUT)
     accounts = {sa["metadata"]["name"] for sa in cluster.get("serviceaccounts", "-n", "kube-system")["items"]}
     assert set(CONTROLLER_ACCOUNTS) <= accounts
 
