@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import socket
 import uuid
 from collections.abc import Sequence
@@ -14,8 +15,9 @@ from collections.abc import Sequence
 import structlog
 
 from controller_manager.context import ControllerContext
+from controller_manager.credentials import ServiceAccountCredentials
 from controller_manager.events import EventBroadcaster
-from controller_manager.registry import discover, enabled
+from controller_manager.registry import discover, enabled, service_account
 from services.client import Client
 from services.informers import LeaderElector, SharedInformerFactory, strip_managed_fields
 from services.runtime import base_parser, boolean_flag, client_config, run, setup_logging, start_health
@@ -49,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--controllers", default="*",
         help="comma-separated controllers: '*' the defaults, 'foo' enables, '-foo' disables",
     )
+    parser.add_argument("--use-service-account-credentials", type=boolean_flag, nargs="?", const=True,
+                        default=False, help="each controller talks to the apiserver as its own kube-system "
+                                            "service account")
     parser.add_argument("--leader-elect", type=boolean_flag, nargs="?", const=True, default=True)
     parser.add_argument("--leader-elect-lease-duration", type=duration_flag, default=15.0)
     parser.add_argument("--leader-elect-renew-deadline", type=duration_flag, default=10.0)
@@ -80,7 +85,9 @@ async def run_controllers(client: Client, args: argparse.Namespace, names: list[
 
     Watches get a client of their own: dozens of long-lived streams in the writers' connection pool
     would make every write pay for scanning them. The caches drop managedFields, as upstream's do:
-    no controller reads them, and they are 40 % of a running pod.
+    no controller reads them, and they are 40 % of a running pod. The shared informers and events use
+    the manager's own identity, as upstream's; with --use-service-account-credentials each controller
+    writes with its own service account's.
     """
     descriptors = discover()
     watch_client = Client(client.config)
@@ -88,11 +95,14 @@ async def run_controllers(client: Client, args: argparse.Namespace, names: list[
                                     transform=strip_managed_fields)
     broadcaster = EventBroadcaster(client)
     ctx = ControllerContext(client=client, informers=factory, options=args, broadcaster=broadcaster)
+    credentials = ServiceAccountCredentials(client) if args.use_service_account_credentials else None
     controllers = {}
     for name in names:
         if name == "garbagecollector" and not args.enable_garbage_collector:
             continue
-        controllers[name] = descriptors[name].new(ctx)
+        own = ctx if credentials is None else dataclasses.replace(
+            ctx, client=await credentials.client_for(service_account(name)))
+        controllers[name] = descriptors[name].new(own)
         log.info("started controller", controller=name)
     factory.start()
     broadcaster.start()
@@ -109,6 +119,8 @@ async def run_controllers(client: Client, args: argparse.Namespace, names: list[
         await broadcaster.stop()
         await factory.shutdown()
         await watch_client.close()
+        if credentials is not None:
+            await credentials.close()
 
 
 async def _guard(name: str, coro: object) -> None:

@@ -51,6 +51,48 @@ KNOWN_UNIMPLEMENTED = (
 )
 
 
+#: the kube-system service account each controller runs as under --use-service-account-credentials, the
+#: names upstream's controller start functions pass to ClientBuilder.ClientOrDie; each is bound to its
+#: `system:controller:<account>` role. A controller without one (pyk8s's own) names its module NAME.
+SERVICE_ACCOUNTS: dict[str, str] = {
+    "bootstrapsigner": "bootstrap-signer",
+    "clusterrole-aggregation": "clusterrole-aggregation-controller",
+    "cronjob": "cronjob-controller",
+    "csrapproving": "certificate-controller",
+    "csrcleaner": "certificate-controller",
+    "csrsigning": "certificate-controller",
+    "daemonset": "daemon-set-controller",
+    "deployment": "deployment-controller",
+    "disruption": "disruption-controller",
+    "endpoint": "endpoint-controller",
+    "endpointslice": "endpointslice-controller",
+    "endpointslicemirroring": "endpointslicemirroring-controller",
+    "garbagecollector": "generic-garbage-collector",
+    "job": "job-controller",
+    "namespace": "namespace-controller",
+    "nodeipam": "node-controller",
+    "nodelifecycle": "node-controller",
+    "persistentvolume-binder": "persistent-volume-binder",
+    "podgc": "pod-garbage-collector",
+    "pv-protection": "pv-protection-controller",
+    "pvc-protection": "pvc-protection-controller",
+    "replicaset": "replicaset-controller",
+    "replicationcontroller": "replication-controller",
+    "resourcequota": "resourcequota-controller",
+    "root-ca-cert-publisher": "root-ca-cert-publisher",
+    "serviceaccount": "service-account-controller",
+    "statefulset": "statefulset-controller",
+    "taint-eviction-controller": "taint-eviction-controller",
+    "tokencleaner": "token-cleaner",
+    "ttl-after-finished": "ttl-after-finished-controller",
+}
+
+
+def service_account(name: str) -> str:
+    """The service account the controller `name` runs as."""
+    return SERVICE_ACCOUNTS.get(name, name)
+
+
 def discover() -> dict[str, Descriptor]:
     """Every controller module in the controllers package, by NAME."""
     found: dict[str, Descriptor] = {}

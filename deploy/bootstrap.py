@@ -37,6 +37,12 @@ PROXY = ClientIdentity("kube-proxy", "system:kube-proxy")
 CLIENTS = (ADMIN, KUBELET_CLIENT, SCHEDULER, CONTROLLER_MANAGER, PROXY)
 
 
+def node_client(node: str) -> ClientIdentity:
+    """A kubelet's identity, `system:node:<name>` in `system:nodes`: what the Node authorizer and
+    NodeRestriction know it by (kubeadm issues it to a control-plane node's kubelet directly)."""
+    return ClientIdentity(f"kubelet-{node}", f"system:node:{node}", ("system:nodes",))
+
+
 def apiserver_hosts(extra: Sequence[str] = (), service_cidr: str = SERVICE_CIDR) -> list[str]:
     """SANs the apiserver answers to: loopback, the in-cluster `kubernetes` Service names and its IP."""
     service_ip = str(ipaddress.ip_network(service_cidr)[1])
@@ -111,10 +117,16 @@ def ensure_pki(pki_dir: PkiDir, hosts: Sequence[str]) -> None:
     if not fresh:
         pki.issue_serving_cert(ca, hosts, common_name="kube-apiserver").write(*pki_dir.apiserver)
     for identity in CLIENTS:
-        try:
-            pki.CertKey.load(*pki_dir.client(identity)).cert.verify_directly_issued_by(ca.cert)
-        except (OSError, ValueError, TypeError):
-            pki.issue_client_cert(ca, identity.user, identity.groups).write(*pki_dir.client(identity))
+        ensure_client_cert(pki_dir, identity, ca)
+
+
+def ensure_client_cert(pki_dir: PkiDir, identity: ClientIdentity, ca: pki.CertKey | None = None) -> None:
+    """Issue `identity`'s client cert unless one signed by the cluster CA exists."""
+    ca = ca or pki.CertKey.load(*pki_dir.ca)
+    try:
+        pki.CertKey.load(*pki_dir.client(identity)).cert.verify_directly_issued_by(ca.cert)
+    except (OSError, ValueError, TypeError):
+        pki.issue_client_cert(ca, identity.user, identity.groups).write(*pki_dir.client(identity))
 
 
 def _signed_by(pair: tuple[Path, Path], ca: pki.CertKey, hosts: Sequence[str] = ()) -> bool:
@@ -175,6 +187,14 @@ def kubeconfig(server: str, pki_dir: PkiDir, identity: ClientIdentity = ADMIN) -
         "current-context": CLUSTER_NAME,
         "preferences": {},
     }
+
+
+def token_kubeconfig(server: str, pki_dir: PkiDir, user: str, token_file: Path) -> dict:
+    """A kubeconfig that authenticates with the bearer token in `token_file` (reread as it is replaced)."""
+    config = kubeconfig(server, pki_dir)
+    config["users"] = [{"name": user, "user": {"tokenFile": str(token_file)}}]
+    config["contexts"][0]["context"]["user"] = user
+    return config
 
 
 def write_kubeconfig(path: Path, server: str, pki_dir: PkiDir, identity: ClientIdentity = ADMIN) -> None:

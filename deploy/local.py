@@ -21,10 +21,15 @@ import httpx
 from deploy import nodes
 from deploy.bootstrap import (
     ADMIN,
+    CONTROLLER_MANAGER,
+    PROXY,
+    SCHEDULER,
     apiserver_hosts,
+    ensure_client_cert,
     ensure_encryption_config,
     ensure_etcd_pki,
     ensure_pki,
+    node_client,
     write_kubeconfig,
 )
 from deploy.clusterinfo import ensure_cluster_info
@@ -359,6 +364,18 @@ async def _switch_proxy_mode(state: State, previous: str, report: list[str]) -> 
                             check=False)
 
 
+def write_component_kubeconfigs(state: State) -> None:
+    """One kubeconfig per component identity, as kubeadm writes scheduler.conf, controller-manager.conf
+    and a kubelet.conf per node (its `system:node:<name>` cert issued here, as kubeadm issues a
+    control-plane node's); only the admin's is system:masters."""
+    for identity in (SCHEDULER, CONTROLLER_MANAGER, PROXY):
+        write_kubeconfig(state.component_kubeconfig(identity.name), state.server, state.pki, identity)
+    for node in nodes.node_nets(state):
+        identity = node_client(node.name)
+        ensure_client_cert(state.pki, identity)
+        write_kubeconfig(state.component_kubeconfig(identity.name), state.server, state.pki, identity)
+
+
 async def up(state_dir: Path, request: Request | None = None) -> str:
     """Start whatever is not running, wait until all is ready, write the kubeconfig; return a summary.
 
@@ -382,6 +399,7 @@ async def up(state_dir: Path, request: Request | None = None) -> str:
     if not state.settings.encryption_provider_config:
         ensure_encryption_config(state.pki)
     write_kubeconfig(state.kubeconfig, state.server, state.pki)
+    write_component_kubeconfigs(state)
 
     wanted = enabled_specs(state)
     _check_ports(state, wanted)

@@ -16,8 +16,16 @@ from pathlib import Path
 
 import httpx
 
-from deploy import nodes
-from deploy.bootstrap import CLUSTER_CIDR, KUBELET_CLIENT, SERVICE_CIDR
+from deploy import addon_accounts, nodes
+from deploy.bootstrap import (
+    CLUSTER_CIDR,
+    CONTROLLER_MANAGER,
+    KUBELET_CLIENT,
+    PROXY,
+    SCHEDULER,
+    SERVICE_CIDR,
+    node_client,
+)
 from deploy.nodes import NodeNet
 from deploy.state import DEFAULT_PORT, Settings, State, free_port, port_in_use
 
@@ -147,7 +155,9 @@ def _apiserver_argv(state: State) -> list[str]:
         f"--tls-cert-file={cert}",
         f"--tls-private-key-file={key}",
         f"--client-ca-file={state.pki.ca[0]}",
-        "--authorization-mode=RBAC",
+        # kubeadm's: kubelets are scoped by the Node authorizer and NodeRestriction, everyone else by RBAC.
+        "--authorization-mode=Node,RBAC",
+        "--enable-admission-plugins=NodeRestriction",
         "--enable-bootstrap-token-auth=true",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         f"--kubelet-client-certificate={kubelet_cert}",
@@ -171,18 +181,19 @@ def _own_port(name: str) -> Callable[[State], tuple[int, ...]]:
     return lambda state: (health_port(state, name),)
 
 
-def _component(module: str, name: str, *extra: str) -> Callable[[State], list[str]]:
-    """argv of a component that talks to the apiserver with the admin kubeconfig."""
+def _component(module: str, name: str, identity: str, *extra: str) -> Callable[[State], list[str]]:
+    """argv of a component that talks to the apiserver with the kubeconfig of `identity`."""
 
     def argv(state: State) -> list[str]:
-        return [*_python(module), f"--kubeconfig={state.kubeconfig}", "--bind-address=127.0.0.1",
+        return [*_python(module), f"--kubeconfig={state.component_kubeconfig(identity)}", "--bind-address=127.0.0.1",
                 f"--secure-port={health_port(state, name)}", *extra]
 
     return argv
 
 
 def _controller_manager_argv(state: State) -> list[str]:
-    return [*_component("controller_manager", "controller-manager")(state), "--leader-elect=true",
+    return [*_component("controller_manager", "controller-manager", CONTROLLER_MANAGER.name)(state),
+            "--leader-elect=true", "--use-service-account-credentials=true",
             f"--root-ca-file={state.pki.ca[0]}", f"--service-cluster-ip-range={SERVICE_CIDR}",
             f"--cluster-cidr={CLUSTER_CIDR}", "--allocate-node-cidrs=true",
             f"--cluster-signing-cert-file={state.pki.ca[0]}", f"--cluster-signing-key-file={state.pki.ca[1]}",
@@ -192,12 +203,15 @@ def _controller_manager_argv(state: State) -> list[str]:
 
 def _noderoutes_argv(state: State) -> list[str]:
     pairs = [f"--netns={n.name}={n.netns}" for n in nodes.node_nets(state)]
-    return [*_component("deploy.noderoutes", "noderoutes")(state), f"--node-subnet={state.settings.node_subnet}",
+    # Like flannel, a network agent that reads Nodes (and Services, EndpointSlices for the load-balancer
+    # routes): kube-proxy's identity covers it.
+    return [*_component("deploy.noderoutes", "noderoutes", PROXY.name)(state),
+            f"--node-subnet={state.settings.node_subnet}",
             "--host-routes", f"--service-cidr={SERVICE_CIDR}", "--load-balancer-routes", *pairs]
 
 
 def _dns_argv(state: State) -> list[str]:
-    return [*_python("proxy_agent.dns"), f"--kubeconfig={state.kubeconfig}",
+    return [*_python("proxy_agent.dns"), f"--kubeconfig={state.component_kubeconfig(addon_accounts.DNS_KUBECONFIG)}",
             f"--bind-address={nodes.bridge_ip(state)}", f"--port={state.settings.dns_port}",
             f"--health-port={health_port(state, 'cluster-dns')}", "--health-bind-address=127.0.0.1",
             "--resolv-conf=/etc/resolv.conf"]
@@ -243,11 +257,11 @@ CONTROL_PLANE: tuple[ProcessSpec, ...] = (
         needs=("apiserver",),
         listens=_own_port("controller-manager"),
         health_port=True,
-        prepare=nodes.ensure_default_classes,
+        prepare=addon_accounts.prepare_controller_manager,
     ),
     ProcessSpec(
         name="scheduler",
-        argv=_component("scheduler", "scheduler", "--leader-elect=true"),
+        argv=_component("scheduler", "scheduler", SCHEDULER.name, "--leader-elect=true"),
         health=_local_health("scheduler"),
         needs=("apiserver",),
         listens=_own_port("scheduler"),
@@ -261,7 +275,7 @@ CONTROL_PLANE: tuple[ProcessSpec, ...] = (
         enabled=_has_nodes,
         listens=_own_port("cluster-dns"),
         health_port=True,
-        prepare=nodes.ensure_kube_dns,
+        prepare=addon_accounts.prepare_dns,
     ),
     ProcessSpec(
         name="image-registry",
@@ -310,7 +324,8 @@ def node_specs(node: NodeNet) -> tuple[ProcessSpec, ...]:
         await nodes.unmount_under(node.dir)
 
     def kubelet_argv(state: State) -> list[str]:
-        return [*_python("kubelet_agent"), f"--kubeconfig={state.kubeconfig}", f"--hostname-override={node.name}",
+        return [*_python("kubelet_agent"), f"--kubeconfig={state.component_kubeconfig(node_client(node.name).name)}",
+                f"--hostname-override={node.name}",
                 f"--node-ip={node.ip}", f"--container-runtime-endpoint={node.endpoint}",
                 f"--cluster-dns={nodes.CLUSTER_DNS_IP}", f"--cni-conf-dir={node.cni_conf_dir}",
                 f"--root-dir={node.kubelet_dir}", f"--node-netns={node.netns_path}",
@@ -320,14 +335,16 @@ def node_specs(node: NodeNet) -> tuple[ProcessSpec, ...]:
                 "--authentication-token-webhook=true", "--authorization-mode=Webhook"]
 
     def proxy_argv(state: State) -> list[str]:
-        return [*_python("proxy_agent"), f"--kubeconfig={state.kubeconfig}", f"--hostname-override={node.name}",
+        return [*_python("proxy_agent"), f"--kubeconfig={state.component_kubeconfig(PROXY.name)}",
+                f"--hostname-override={node.name}",
                 f"--proxy-mode={state.settings.proxy_mode}", f"--cluster-cidr={CLUSTER_CIDR}",
                 f"--iptables-binary={node.bin_dir / 'iptables'}", f"--nft-binary={node.bin_dir / 'nft'}",
                 f"--node-netns={node.netns_path}", f"--healthz-bind-address=127.0.0.1:{health_port(state, proxy)}",
                 "--metrics-bind-address=127.0.0.1:0"]
 
     def policy_argv(state: State) -> list[str]:
-        return [*_python("proxy_agent.networkpolicy"), f"--kubeconfig={state.kubeconfig}",
+        kubeconfig = state.component_kubeconfig(addon_accounts.NETWORK_POLICY_KUBECONFIG)
+        return [*_python("proxy_agent.networkpolicy"), f"--kubeconfig={kubeconfig}",
                 f"--hostname-override={node.name}", f"--nft-binary={node.bin_dir / 'nft'}",
                 f"--iptables-binary={node.bin_dir / 'iptables'}", "--bind-address=127.0.0.1",
                 # the node's packet filter is written with one tool: the proxy mode's
@@ -345,6 +362,7 @@ def node_specs(node: NodeNet) -> tuple[ProcessSpec, ...]:
         ProcessSpec(name=proxy, argv=proxy_argv, health=_local_health(proxy), needs=("apiserver",),
                     listens=_own_port(proxy), health_port=True, ready_timeout=60.0, node=node.name),
         ProcessSpec(name=policy, argv=policy_argv, health=_local_health(policy, "/readyz"), needs=("apiserver",),
+                    prepare=addon_accounts.prepare_network_policy,
                     listens=_own_port(policy), health_port=True, ready_timeout=60.0, node=node.name),
     )
 

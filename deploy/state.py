@@ -77,7 +77,12 @@ class State:
 
     @property
     def kubeconfig(self) -> Path:
+        """The admin's, the only system:masters one."""
         return self.root / "kubeconfig"
+
+    def component_kubeconfig(self, name: str) -> Path:
+        """A component's own kubeconfig, as kubeadm's scheduler.conf or kubelet.conf."""
+        return self.root / "kubeconfigs" / f"{name}.conf"
 
     def log_file(self, name: str) -> Path:
         return self.root / "logs" / f"{name}.log"

@@ -26,12 +26,14 @@ from apiserver.admission.interfaces import (
     ValidationInterface,
 )
 from apiserver.admission.namespacelifecycle import NamespaceLifecycle
+from apiserver.admission.noderestriction import NodeRestriction
 from apiserver.admission.priority import Priority
 from apiserver.admission.resourcequota import ResourceQuota
 from apiserver.admission.runtimeclass import RuntimeClass
 from apiserver.admission.serviceaccount import ServiceAccount
 from apiserver.admission.storageobjectinuseprotection import StorageObjectInUseProtection
 from services.api.catalog import Resource
+from services.auth.identity import UserInfo
 
 P = TypeVar("P", bound=Plugin)
 
@@ -85,8 +87,8 @@ DEFAULT_ON: frozenset[str] = frozenset({
 
 #: the plugins pyk8s implements, by name
 REGISTERED: dict[str, type[Plugin]] = {p.name: p for p in (
-    NamespaceLifecycle, ServiceAccount, AlwaysPullImages, Priority, DefaultTolerationSeconds, DefaultStorageClass,
-    StorageObjectInUseProtection, RuntimeClass, ResourceQuota, DefaultIngressClass,
+    NamespaceLifecycle, ServiceAccount, NodeRestriction, AlwaysPullImages, Priority, DefaultTolerationSeconds,
+    DefaultStorageClass, StorageObjectInUseProtection, RuntimeClass, ResourceQuota, DefaultIngressClass,
 )}
 
 
@@ -144,19 +146,21 @@ class ResourceChain:
         """The validating plugins such a write goes through, in order."""
         return self._validating.get((operation, subresource), ())
 
-    async def admit(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool) -> None:
+    async def admit(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool,
+                    user: UserInfo | None = None) -> None:
         """Run the mutating plugins on `obj` (changed in place); a StatusError refuses the write."""
         plugins = self._mutating.get((operation, subresource))
         if plugins:
-            a = Attributes(self.resource, operation, obj, old, subresource, dry_run)
+            a = Attributes(self.resource, operation, obj, old, subresource, dry_run, user)
             for plugin in plugins:
                 await plugin.admit(a)
 
-    async def validate(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool) -> None:
+    async def validate(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool,
+                       user: UserInfo | None = None) -> None:
         """Run the validating plugins on the defaulted, valid `obj`; a StatusError refuses the write."""
         plugins = self._validating.get((operation, subresource))
         if plugins:
-            a = Attributes(self.resource, operation, obj, old, subresource, dry_run)
+            a = Attributes(self.resource, operation, obj, old, subresource, dry_run, user)
             for plugin in plugins:
                 await plugin.validate(a)
 

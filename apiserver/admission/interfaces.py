@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from services.api.catalog import Resource
+from services.auth.identity import UserInfo
 
 if TYPE_CHECKING:
     from apiserver.storage.cache import WatchCache
@@ -37,6 +38,8 @@ class Attributes:
     old: Obj | None = None
     subresource: str = ""
     dry_run: bool = False
+    #: who writes (upstream's GetUserInfo); None for writes the server makes itself
+    user: UserInfo | None = None
 
     @property
     def name(self) -> str:

@@ -9,6 +9,7 @@ instead of being refused, so pods created before the ServiceAccount controller r
 from __future__ import annotations
 
 from apiserver.admission.interfaces import Attributes, MutationInterface, Obj
+from apiserver.registry.pods import MIRROR_ANNOTATION
 from services.api.meta import generate_name
 
 SA_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -21,7 +22,8 @@ class ServiceAccount(MutationInterface):
 
     async def admit(self, a: Attributes) -> None:
         spec = a.obj.get("spec")
-        if not isinstance(spec, dict):
+        if not isinstance(spec, dict) or MIRROR_ANNOTATION in ((a.obj.get("metadata") or {}).get("annotations") or {}):
+            # a mirror pod's spec is the kubelet's static pod: changed, the kubelet would delete it
             return
         if not spec.get("serviceAccountName") and not spec.get("serviceAccount"):
             spec["serviceAccountName"] = DEFAULT_SERVICE_ACCOUNT

@@ -17,7 +17,7 @@ from services.auth.identity import MASTERS, UserInfo
 ALLOW = "allow"
 DENY = "deny"
 NO_OPINION = "no-opinion"
-MODES = ("AlwaysAllow", "AlwaysDeny", "RBAC")
+MODES = ("AlwaysAllow", "AlwaysDeny", "Node", "RBAC")
 
 _METHOD_VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
                  "DELETE": "delete"}
@@ -41,6 +41,8 @@ class Attributes:
     resource: str = ""
     subresource: str = ""
     name: str = ""
+    #: the list or watch's fieldSelector as sent, which the Node authorizer scopes pod reads by
+    field_selector: str = ""
 
 
 def split_path(raw_path: str) -> list[str]:
@@ -85,7 +87,8 @@ def request_attributes(user: UserInfo, method: str, path: str, query: bytes | st
     if not attrs.name and attrs.verb == "get":
         params = parse_qs(query.decode("latin-1") if isinstance(query, bytes) else query)
         attrs.verb = "watch" if (params.get("watch") or [""])[0].lower() in ("true", "1") else "list"
-        attrs.name = _name_from_field_selector((params.get("fieldSelector") or [""])[0])
+        attrs.field_selector = (params.get("fieldSelector") or [""])[0]
+        attrs.name = _name_from_field_selector(attrs.field_selector)
     elif not attrs.name and attrs.verb == "delete":
         attrs.verb = "deletecollection"
     return attrs

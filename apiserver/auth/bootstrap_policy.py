@@ -108,6 +108,35 @@ def _signer_approver(name: str, signer: str) -> Obj:
                  [rule(("approve",), ("certificates.k8s.io",), ("signers",), names=(signer,))])
 
 
+def node_rules() -> list[Obj]:
+    """Upstream's NodeRules(): what every kubelet may do, the `system:node` role's rules, which the Node
+    authorizer applies to nodes for the resources it does not scope per node."""
+    return [
+        rule(("create",), ("authentication.k8s.io",), ("tokenreviews",)),
+        rule(("create",), ("authorization.k8s.io",), ("subjectaccessreviews", "localsubjectaccessreviews")),
+        rule(READ, ("",), ("services",)),
+        rule(("create", "get", "list", "watch"), ("",), ("nodes",)),
+        rule(("update", "patch"), ("",), ("nodes/status",)),
+        rule(("update", "patch"), ("",), ("nodes",)),
+        events_rule(),
+        rule(READ, ("",), ("pods",)),
+        rule(("create", "delete"), ("",), ("pods",)),
+        rule(("update", "patch"), ("",), ("pods/status",)),
+        rule(("create",), ("",), ("pods/eviction",)),
+        rule(READ, ("",), ("secrets", "configmaps")),
+        rule(("get",), ("",), ("persistentvolumeclaims", "persistentvolumes")),
+        rule(("get",), ("",), ("endpoints",)),
+        rule(("create", "get", "list", "watch"), ("certificates.k8s.io",), ("certificatesigningrequests",)),
+        rule(("delete", "create", "get", "update", "patch"), ("coordination.k8s.io",), ("leases",)),
+        rule(("get",), ("storage.k8s.io",), ("volumeattachments",)),
+        rule(("create",), ("",), ("serviceaccounts/token",)),
+        rule(("get", "update", "patch"), ("",), ("persistentvolumeclaims/status",)),
+        rule(READ, ("storage.k8s.io",), ("csidrivers",)),
+        rule(("get", "create", "update", "patch", "delete"), ("storage.k8s.io",), ("csinodes",)),
+        rule(READ, ("node.k8s.io",), ("runtimeclasses",)),
+    ]
+
+
 def cluster_roles() -> list[Obj]:
     """Upstream's ClusterRoles(): the user-facing and system roles."""
     write = ("create", "delete", "deletecollection", "patch", "update")
@@ -174,30 +203,7 @@ def cluster_roles() -> list[Obj]:
             rule(READ, ("networking.k8s.io",), ("ingresses", "ingresses/status", "networkpolicies")),
         ], labels={f"{RBAC_GROUP}/aggregate-to-view": "true"}),
         _role("ClusterRole", "system:kube-aggregator", [rule(READ, ("",), ("services", "endpoints"))]),
-        _role("ClusterRole", "system:node", [
-            rule(("create",), ("authentication.k8s.io",), ("tokenreviews",)),
-            rule(("create",), ("authorization.k8s.io",), ("subjectaccessreviews", "localsubjectaccessreviews")),
-            rule(READ, ("",), ("services",)),
-            rule(("create", "get", "list", "watch"), ("",), ("nodes",)),
-            rule(("update", "patch"), ("",), ("nodes/status",)),
-            rule(("update", "patch"), ("",), ("nodes",)),
-            events_rule(),
-            rule(READ, ("",), ("pods",)),
-            rule(("create", "delete"), ("",), ("pods",)),
-            rule(("update", "patch"), ("",), ("pods/status",)),
-            rule(("create",), ("",), ("pods/eviction",)),
-            rule(READ, ("",), ("secrets", "configmaps")),
-            rule(("get",), ("",), ("persistentvolumeclaims", "persistentvolumes")),
-            rule(("get",), ("",), ("endpoints",)),
-            rule(("create", "get", "list", "watch"), ("certificates.k8s.io",), ("certificatesigningrequests",)),
-            rule(("delete", "create", "get", "update", "patch"), ("coordination.k8s.io",), ("leases",)),
-            rule(("get",), ("storage.k8s.io",), ("volumeattachments",)),
-            rule(("create",), ("",), ("serviceaccounts/token",)),
-            rule(("get", "update", "patch"), ("",), ("persistentvolumeclaims/status",)),
-            rule(READ, ("storage.k8s.io",), ("csidrivers",)),
-            rule(("get", "create", "update", "patch", "delete"), ("storage.k8s.io",), ("csinodes",)),
-            rule(READ, ("node.k8s.io",), ("runtimeclasses",)),
-        ]),
+        _role("ClusterRole", "system:node", node_rules()),
         _role("ClusterRole", "system:node-problem-detector", [
             rule(("get",), ("",), ("nodes",)),
             rule(("patch",), ("",), ("nodes/status",)),
@@ -282,6 +288,10 @@ def cluster_roles() -> list[Obj]:
     ]
 
 
+#: the verbs a controller writes its objects' status with: upstream's send UpdateStatus, pyk8s's send
+#: merge patches of `status` alone (no conflict on a concurrent spec change), so their roles grant both
+STATUS_WRITE = ("update", "patch")
+
 #: upstream's controller roles for the controllers pyk8s runs: service account name -> rules
 _CONTROLLER_RULES: dict[str, list[Obj]] = {
     "certificate-controller": [
@@ -302,14 +312,14 @@ _CONTROLLER_RULES: dict[str, list[Obj]] = {
     "cronjob-controller": [
         rule(("get", "list", "watch", "update"), ("batch",), ("cronjobs",)),
         rule(("get", "list", "watch", "create", "update", "delete", "patch"), ("batch",), ("jobs",)),
-        rule(("update",), ("batch",), ("cronjobs/status",)),
+        rule(STATUS_WRITE, ("batch",), ("cronjobs/status",)),
         rule(("update",), ("batch",), ("cronjobs/finalizers",)),
         rule(("list", "delete"), ("",), ("pods",)),
         events_rule(),
     ],
     "daemon-set-controller": [
         rule(READ, ("extensions", "apps"), ("daemonsets",)),
-        rule(("update",), ("extensions", "apps"), ("daemonsets/status",)),
+        rule(STATUS_WRITE, ("extensions", "apps"), ("daemonsets/status",)),
         rule(("update",), ("extensions", "apps"), ("daemonsets/finalizers",)),
         rule(("list", "watch"), ("",), ("nodes",)),
         rule(("list", "watch", "create", "delete", "patch"), ("",), ("pods",)),
@@ -318,8 +328,9 @@ _CONTROLLER_RULES: dict[str, list[Obj]] = {
         events_rule(),
     ],
     "deployment-controller": [
-        rule(("get", "list", "watch", "update"), ("extensions", "apps"), ("deployments",)),
-        rule(("update",), ("extensions", "apps"), ("deployments/status",)),
+        # pyk8s's controller patches a deployment's revision annotations where upstream's updates it
+        rule(("get", "list", "watch", "update", "patch"), ("extensions", "apps"), ("deployments",)),
+        rule(STATUS_WRITE, ("extensions", "apps"), ("deployments/status",)),
         rule(("update",), ("extensions", "apps"), ("deployments/finalizers",)),
         rule(("get", "list", "watch", "create", "update", "patch", "delete"), ("apps", "extensions"), ("replicasets",)),
         rule(("get", "list", "watch", "update"), ("",), ("pods",)),
@@ -361,14 +372,15 @@ _CONTROLLER_RULES: dict[str, list[Obj]] = {
     ],
     "job-controller": [
         rule(("get", "list", "watch", "update", "patch"), ("batch",), ("jobs",)),
-        rule(("update",), ("batch",), ("jobs/status",)),
+        rule(STATUS_WRITE, ("batch",), ("jobs/status",)),
         rule(("update",), ("batch",), ("jobs/finalizers",)),
         rule(("list", "watch", "create", "delete", "patch"), ("",), ("pods",)),
         events_rule(),
     ],
     "namespace-controller": [
         rule(("get", "list", "watch", "delete"), ("",), ("namespaces",)),
-        rule(("update",), ("",), ("namespaces/finalize", "namespaces/status")),
+        rule(("update",), ("",), ("namespaces/finalize",)),
+        rule(STATUS_WRITE, ("",), ("namespaces/status",)),
         rule(("get", "list", "delete", "deletecollection"), ("*",), ("*",)),
     ],
     "node-controller": [
@@ -405,14 +417,14 @@ _CONTROLLER_RULES: dict[str, list[Obj]] = {
     ],
     "replicaset-controller": [
         rule(("get", "list", "watch", "update"), ("apps", "extensions"), ("replicasets",)),
-        rule(("update",), ("apps", "extensions"), ("replicasets/status",)),
+        rule(STATUS_WRITE, ("apps", "extensions"), ("replicasets/status",)),
         rule(("update",), ("apps", "extensions"), ("replicasets/finalizers",)),
         rule(("list", "watch", "patch", "create", "delete"), ("",), ("pods",)),
         events_rule(),
     ],
     "replication-controller": [
         rule(("get", "list", "watch", "update"), ("",), ("replicationcontrollers",)),
-        rule(("update",), ("",), ("replicationcontrollers/status",)),
+        rule(STATUS_WRITE, ("",), ("replicationcontrollers/status",)),
         rule(("update",), ("",), ("replicationcontrollers/finalizers",)),
         rule(("list", "watch", "patch", "create", "delete"), ("",), ("pods",)),
         events_rule(),
@@ -433,13 +445,18 @@ _CONTROLLER_RULES: dict[str, list[Obj]] = {
     "statefulset-controller": [
         rule(("list", "watch"), ("",), ("pods",)),
         rule(READ, ("apps",), ("statefulsets",)),
-        rule(("update",), ("apps",), ("statefulsets/status",)),
+        rule(STATUS_WRITE, ("apps",), ("statefulsets/status",)),
         rule(("update",), ("apps",), ("statefulsets/finalizers",)),
         rule(("get", "create", "delete", "update", "patch"), ("",), ("pods",)),
         rule(("get", "create", "delete", "update", "patch", "list", "watch"), ("apps",), ("controllerrevisions",)),
         rule(("get", "create"), ("",), ("persistentvolumeclaims",)),
         events_rule(),
         rule(("update", "delete"), ("",), ("persistentvolumeclaims",)),
+    ],
+    "taint-eviction-controller": [
+        rule(("patch", "update"), ("",), ("pods/status",)),
+        rule(("list", "delete"), ("",), ("pods",)),
+        events_rule(),
     ],
     "ttl-after-finished-controller": [
         rule(("get", "list", "watch", "delete"), ("batch",), ("jobs",)),

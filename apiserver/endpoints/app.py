@@ -38,7 +38,9 @@ from apiserver.auth.authz import (
     request_attributes,
     split_path,
 )
+from apiserver.auth.bootstrap_policy import node_rules
 from apiserver.auth.bootstraptoken import BootstrapTokenAuthenticator
+from apiserver.auth.node_authorizer import NodeAuthorizer, NodeGraph
 from apiserver.auth.rbac import RBAC_GROUP, RBACAuthorizer, escalation_allowed
 from apiserver.endpoints import discovery, openapi, proxy, typecheck
 from apiserver.endpoints.negotiation import PATCH_TYPES, body_read, decode_body, media_type, negotiate, read_body
@@ -124,8 +126,10 @@ def create_app(server: Any) -> FastAPI:
     options = server.options
     rbac = RBACAuthorizer(*(server.store(RBAC_GROUP, "v1", plural).cache
                             for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")))
-    modes = {"AlwaysAllow": AlwaysAllow(), "AlwaysDeny": AlwaysDeny(), "RBAC": rbac}
-    authorizer = Chain([modes[m] for m in options.authorization_modes])
+    modes = {"AlwaysAllow": AlwaysAllow, "AlwaysDeny": AlwaysDeny, "RBAC": lambda: rbac,
+             "Node": lambda: NodeAuthorizer(NodeGraph(server.store("", "v1", "pods").cache,
+                                                      server.store("", "v1", "persistentvolumes").cache), node_rules())}
+    authorizer = Chain([modes[m]() for m in options.authorization_modes])
     authenticator = Authenticator(
         server.tokens, load_token_file(options.token_auth_file) if options.token_auth_file else None,
         options.anonymous_auth, lambda plural: server.store("", "v1", plural),

@@ -400,7 +400,7 @@ class ResourceHandler:
 
     async def _delete_options(self, request: Request, dry_run: bool) -> DeleteOptions:
         params = request.query_params
-        opts = DeleteOptions(dry_run=dry_run)
+        opts = DeleteOptions(dry_run=dry_run, user=request.scope.get("pyk8s.user"))
         raw = await self._raw(request)
         body: dict[str, Any] = {}
         if raw.strip():
@@ -582,7 +582,7 @@ class ResourceHandler:
         if sub == "eviction" and verb == "create":
             return await self._evict(request, store, ns, name, wopts)
         if sub == "token" and verb == "create":
-            return await self._token(request, store, ns or "", name)
+            return await self._token(request, store, ns or "", name, wopts)
         if sub == "ephemeralcontainers" and res.kind == "Pod" and not res.group:
             return await self._ephemeral(request, store, ns, name, verb, wopts, rep)
         raise errors.StatusError(
@@ -624,10 +624,11 @@ class ResourceHandler:
         obj = await store.mutate(ns, name, change, wopts, subresource="ephemeralcontainers")
         return self._object(obj, rep, res, 200, warnings)
 
-    async def _token(self, request: Request, store: RESTStore, ns: str, name: str) -> Response:
+    async def _token(self, request: Request, store: RESTStore, ns: str, name: str, wopts: WriteOptions) -> Response:
         raw = await self._raw(request)
         body = _decode_as(raw, request.headers.get("content-type"), "authentication.k8s.io/v1",
                           "TokenRequest") if raw.strip() else {}
+        await store.admit_subresource(ns, name, body if isinstance(body, dict) else {}, "token", wopts)
         account = await store.get(ns, name)
         spec = body.get("spec") if isinstance(body, dict) else None
         bound = spec.get("boundObjectRef") if isinstance(spec, dict) else None
@@ -740,6 +741,7 @@ class ResourceHandler:
         grace = delete_options.get("gracePeriodSeconds")
         if meta.get("name") and meta["name"] != name:
             raise errors.bad_request("name in URL does not match name in Eviction object")
+        await store.admit_subresource(ns, name, eviction, "eviction", wopts)
         opts = DeleteOptions(dry_run=wopts.dry_run or bool(delete_options.get("dryRun")), grace_period=grace)
         opts.precondition_uid = pre.get("uid")
         opts.precondition_rv = pre.get("resourceVersion")

@@ -43,11 +43,14 @@ CONSISTENT_READ_WAIT = 3.0
 
 class ResourceAdmission(Protocol):
     """The admission chain of one resource (apiserver/admission/chain.py builds it; the server hands it
-    in, so the registry depends on no plugin). `operation` is upstream's: CREATE, UPDATE."""
+    in, so the registry depends on no plugin). `operation` is upstream's: CREATE, UPDATE, DELETE; `user`
+    is who writes."""
 
-    async def admit(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool) -> None: ...
+    async def admit(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool,
+                    user: UserInfo | None = None) -> None: ...
 
-    async def validate(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool) -> None: ...
+    async def validate(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool,
+                       user: UserInfo | None = None) -> None: ...
 
 
 class Admission(Protocol):
@@ -111,6 +114,8 @@ class DeleteOptions:
     precondition_uid: str | None = None
     precondition_rv: str | None = None
     dry_run: bool = False
+    #: who deletes, for admission (unset for deletes the server makes itself, as an eviction's)
+    user: UserInfo | None = None
 
     @property
     def propagation_chosen(self) -> bool:
@@ -418,7 +423,7 @@ class RESTStore:
         else:
             m.pop("generation", None)
         if self.admission is not None:
-            await self.admission.admit("CREATE", obj, None, "", opts.dry_run)
+            await self.admission.admit("CREATE", obj, None, "", opts.dry_run, opts.user)
         self.strategy.defaults(obj)
         obj = self._track(None, obj, opts, "")
         self.strategy.prepare_for_create(obj)
@@ -428,10 +433,20 @@ class RESTStore:
             raise self._invalid(name, causes)
         self._check_namespace(namespace)
         if self.admission is not None:
-            await self.admission.validate("CREATE", obj, None, "", opts.dry_run)
+            await self.admission.validate("CREATE", obj, None, "", opts.dry_run, opts.user)
         if self._converts:
             obj = conversion.to_storage(self.res, obj)
         return await self._store_new(obj, name, opts.dry_run)
+
+    async def admit_subresource(self, namespace: str | None, name: str, obj: Obj, subresource: str,
+                                opts: WriteOptions) -> None:
+        """Admission of a create on a subresource that stores no object of its own (an Eviction, a
+        TokenRequest): both phases see it as a CREATE of `name`'s `subresource`."""
+        if self.admission is None:
+            return
+        obj = {**obj, "metadata": {**(obj.get("metadata") or {}), "name": name, "namespace": namespace or ""}}
+        await self.admission.admit("CREATE", obj, None, subresource, opts.dry_run, opts.user)
+        await self.admission.validate("CREATE", obj, None, subresource, opts.dry_run, opts.user)
 
     def _keys(self, allocated: dict[str, bytes]) -> dict[str, bytes]:
         """Allocation keys are relative to the storage root, like every other key."""
@@ -529,13 +544,13 @@ class RESTStore:
             else:
                 old_view = old
             if self.admission is not None:
-                await self.admission.admit("UPDATE", new, old_view, subresource, opts.dry_run)
+                await self.admission.admit("UPDATE", new, old_view, subresource, opts.dry_run, opts.user)
             result = await self._prepare_update(new, old_view, subresource, opts, stale=kv.stale)
             if result is None:
                 return self.out(old), False
             new, allocation_old = result
             if self.admission is not None:
-                await self.admission.validate("UPDATE", new, old_view, subresource, opts.dry_run)
+                await self.admission.validate("UPDATE", new, old_view, subresource, opts.dry_run, opts.user)
             if opts.dry_run:
                 return self.out(new), False
             try:
@@ -765,6 +780,8 @@ class RESTStore:
                     f"Precondition failed: ResourceVersion in precondition: {opts.precondition_rv}, "
                     f"ResourceVersion in object meta: {kv.mod_revision}",
                 )
+            if self.admission is not None:
+                await self.admission.admit("DELETE", obj, obj, "", opts.dry_run, opts.user)
             pending = self._start_deletion(obj, opts)
             if pending is None:
                 if opts.dry_run:

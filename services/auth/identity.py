@@ -14,6 +14,8 @@ UNAUTHENTICATED = "system:unauthenticated"
 MASTERS = "system:masters"
 ANONYMOUS_USER = "system:anonymous"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+NODES_GROUP = "system:nodes"
+NODE_USER_PREFIX = "system:node:"
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,14 @@ def service_account_parts(username: str) -> tuple[str, str] | None:
     if not sep or not namespace or not name or ":" in name:
         return None
     return namespace, name
+
+
+def node_identity(user: UserInfo) -> tuple[str, bool]:
+    """(node name, is a node) as upstream's default NodeIdentifier reads it: a `system:node:<name>` user in
+    system:nodes is a node; the name may be empty, which the Node authorizer and NodeRestriction refuse."""
+    if not user.name.startswith(NODE_USER_PREFIX) or NODES_GROUP not in user.groups:
+        return "", False
+    return user.name[len(NODE_USER_PREFIX):], True
 
 
 def certificate_user(peercert: dict[str, Any] | None) -> UserInfo | None:

@@ -3,6 +3,7 @@
 from services.client.config import (
     ClientConfig,
     ConfigError,
+    TokenSource,
     in_cluster_config,
     load_config,
     load_kubeconfig,
@@ -50,6 +51,7 @@ __all__ = [
     "ServerTimeout",
     "ServiceUnavailable",
     "TokenBucket",
+    "TokenSource",
     "TooManyRequests",
     "Unauthorized",
     "Watch",

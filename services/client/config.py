@@ -51,6 +51,8 @@ class ClientConfig:
     user_agent: str = "pyk8s"
     impersonate: str | None = None
     extra_headers: dict[str, str] = field(default_factory=dict)
+    #: a token its owner replaces as it rotates (a TokenRequest refreshed before expiry); beats the others
+    token_source: TokenSource | None = None
 
     def ssl_context(self) -> ssl.SSLContext | bool:
         """The TLS settings for httpx: False only when verification was switched off on purpose."""
@@ -73,6 +75,8 @@ class ClientConfig:
         return ctx
 
     def auth(self) -> httpx.Auth | None:
+        if self.token_source is not None:
+            return self.token_source
         if self.token_file:
             return _TokenFileAuth(self.token_file, self.token)
         if self.token:
@@ -110,6 +114,22 @@ class _BearerAuth(httpx.Auth):
     def authorization(self) -> str:
         """The Authorization header value, for requests written without httpx."""
         return f"Bearer {self._token}"
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers["Authorization"] = self.authorization()
+        yield request
+
+
+class TokenSource(httpx.Auth):
+    """A bearer token held in memory and replaced by whoever obtains the next one, for clients whose
+    credentials are short-lived tokens requested at run time (client-go's DynamicControllerClientBuilder)."""
+
+    def __init__(self, token: str = "") -> None:
+        self.token = token
+
+    def authorization(self) -> str:
+        """The Authorization header value with the current token, for requests written without httpx."""
+        return f"Bearer {self.token}"
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         request.headers["Authorization"] = self.authorization()

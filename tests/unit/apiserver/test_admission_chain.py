@@ -16,9 +16,11 @@ from services.api.catalog import BUILTIN
 from services.api.errors import StatusError
 
 #: the relative order of the plugins pyk8s has, as upstream's AllOrderedPlugins (v1.32) lists them
-UPSTREAM_ORDER = ["NamespaceLifecycle", "ServiceAccount", "AlwaysPullImages", "Priority", "DefaultTolerationSeconds",
-                  "DefaultStorageClass", "StorageObjectInUseProtection", "RuntimeClass", "DefaultIngressClass",
-                  "ResourceQuota"]
+UPSTREAM_ORDER = ["NamespaceLifecycle", "ServiceAccount", "NodeRestriction", "AlwaysPullImages", "Priority",
+                  "DefaultTolerationSeconds", "DefaultStorageClass", "StorageObjectInUseProtection", "RuntimeClass",
+                  "DefaultIngressClass", "ResourceQuota"]
+#: the plugins of UPSTREAM_ORDER upstream leaves off unless enabled (kubeadm enables NodeRestriction)
+DEFAULT_OFF = ("NodeRestriction", "AlwaysPullImages")
 
 
 def res(group: str, plural: str) -> Any:
@@ -34,12 +36,12 @@ def names(plugins: Any) -> list[str]:
 
 
 def test_default_set_is_upstreams() -> None:
-    assert chain.enabled_plugins() == [n for n in UPSTREAM_ORDER if n != "AlwaysPullImages"]
+    assert chain.enabled_plugins() == [n for n in UPSTREAM_ORDER if n not in DEFAULT_OFF]
 
 
 def test_order_is_upstreams_whatever_the_flags_say() -> None:
     enabled = chain.enabled_plugins(["AlwaysPullImages"], ["DefaultStorageClass"])
-    assert enabled == [n for n in UPSTREAM_ORDER if n != "DefaultStorageClass"]
+    assert enabled == [n for n in UPSTREAM_ORDER if n not in ("DefaultStorageClass", "NodeRestriction")]
     built = chain.build(list(reversed(UPSTREAM_ORDER)), config())
     assert names(built.plugins) == UPSTREAM_ORDER
     assert names(built.mutating) == UPSTREAM_ORDER[:-1]
@@ -50,7 +52,7 @@ def test_order_is_upstreams_whatever_the_flags_say() -> None:
 @pytest.mark.parametrize(("enable", "disable", "message"), [
     (["Foo"], [], 'enable-admission-plugins plugin "Foo" is unknown'),
     ([], ["ResourceQuota", "Bar"], 'disable-admission-plugins plugin "Bar" is unknown'),
-    (["NodeRestriction"], [], 'enable-admission-plugins plugin "NodeRestriction" is not implemented by pyk8s'),
+    (["PodNodeSelector"], [], 'enable-admission-plugins plugin "PodNodeSelector" is not implemented by pyk8s'),
     (["AlwaysPullImages", "Priority"], ["Priority", "AlwaysPullImages"],
      "[AlwaysPullImages Priority] in enable-admission-plugins and disable-admission-plugins overlapped"),
 ])
