@@ -24,6 +24,7 @@ from apiserver.admission.interfaces import (
     PluginConfig,
     ValidationInterface,
 )
+from apiserver.admission.limitranger import LimitRanger
 from apiserver.admission.namespacelifecycle import NamespaceLifecycle
 from apiserver.admission.priority import Priority
 from apiserver.admission.resourcequota import ResourceQuota
@@ -84,8 +85,8 @@ DEFAULT_ON: frozenset[str] = frozenset({
 
 #: the plugins pyk8s implements, by name
 REGISTERED: dict[str, type[Plugin]] = {p.name: p for p in (
-    NamespaceLifecycle, ServiceAccount, AlwaysPullImages, Priority, DefaultTolerationSeconds, DefaultStorageClass,
-    StorageObjectInUseProtection, RuntimeClass, ResourceQuota,
+    NamespaceLifecycle, LimitRanger, ServiceAccount, AlwaysPullImages, Priority, DefaultTolerationSeconds,
+    DefaultStorageClass, StorageObjectInUseProtection, RuntimeClass, ResourceQuota,
 )}
 
 
