@@ -26,6 +26,7 @@ from apiserver.admission.interfaces import (
 )
 from apiserver.admission.limitranger import LimitRanger
 from apiserver.admission.namespacelifecycle import NamespaceLifecycle
+from apiserver.admission.podsecurity.plugin import PodSecurity
 from apiserver.admission.priority import Priority
 from apiserver.admission.resourcequota import ResourceQuota
 from apiserver.admission.runtimeclass import RuntimeClass
@@ -85,8 +86,8 @@ DEFAULT_ON: frozenset[str] = frozenset({
 
 #: the plugins pyk8s implements, by name
 REGISTERED: dict[str, type[Plugin]] = {p.name: p for p in (
-    NamespaceLifecycle, LimitRanger, ServiceAccount, AlwaysPullImages, Priority, DefaultTolerationSeconds,
-    DefaultStorageClass, StorageObjectInUseProtection, RuntimeClass, ResourceQuota,
+    NamespaceLifecycle, LimitRanger, ServiceAccount, AlwaysPullImages, PodSecurity, Priority,
+    DefaultTolerationSeconds, DefaultStorageClass, StorageObjectInUseProtection, RuntimeClass, ResourceQuota,
 )}
 
 

@@ -16,7 +16,7 @@ from services.api.catalog import BUILTIN
 from services.api.errors import StatusError
 
 #: the relative order of the plugins pyk8s has, as upstream's AllOrderedPlugins (v1.32) lists them
-UPSTREAM_ORDER = ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "AlwaysPullImages", "Priority",
+UPSTREAM_ORDER = ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "AlwaysPullImages", "PodSecurity", "Priority",
                   "DefaultTolerationSeconds", "DefaultStorageClass", "StorageObjectInUseProtection", "RuntimeClass",
                   "ResourceQuota"]
 
@@ -42,8 +42,9 @@ def test_order_is_upstreams_whatever_the_flags_say() -> None:
     assert enabled == [n for n in UPSTREAM_ORDER if n != "DefaultStorageClass"]
     built = chain.build(list(reversed(UPSTREAM_ORDER)), config())
     assert names(built.plugins) == UPSTREAM_ORDER
-    assert names(built.mutating) == UPSTREAM_ORDER[:-1]
-    assert names(built.validating) == ["LimitRanger", "AlwaysPullImages", "RuntimeClass", "ResourceQuota"]
+    assert names(built.mutating) == [n for n in UPSTREAM_ORDER[:-1] if n != "PodSecurity"]
+    assert names(built.validating) == ["LimitRanger", "AlwaysPullImages", "PodSecurity", "RuntimeClass",
+                                       "ResourceQuota"]
     assert [n for n in chain.ORDERED_PLUGINS if n in chain.REGISTERED] == UPSTREAM_ORDER
 
 
@@ -61,8 +62,8 @@ def test_flag_errors(enable: list[str], disable: list[str], message: str) -> Non
 
 
 def test_disabling_a_plugin_pyk8s_lacks_is_fine() -> None:
-    chain.check_flags([], ["PodSecurity", "LimitRanger"])
-    assert chain.enabled_plugins([], ["PodSecurity"]) == chain.enabled_plugins()
+    chain.check_flags([], ["NodeRestriction", "EventRateLimit"])
+    assert chain.enabled_plugins([], ["EventRateLimit"]) == chain.enabled_plugins()
 
 
 def test_each_resource_gets_only_its_plugins() -> None:
@@ -71,8 +72,10 @@ def test_each_resource_gets_only_its_plugins() -> None:
     assert names(pods.mutators(CREATE)) == ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "AlwaysPullImages",
                                            "Priority", "DefaultTolerationSeconds", "RuntimeClass"]
     assert names(pods.mutators(UPDATE)) == ["LimitRanger", "AlwaysPullImages", "Priority", "DefaultTolerationSeconds"]
-    assert names(pods.validators(CREATE)) == ["LimitRanger", "AlwaysPullImages", "RuntimeClass", "ResourceQuota"]
-    assert names(pods.validators(UPDATE)) == ["LimitRanger", "AlwaysPullImages"]
+    assert names(pods.validators(CREATE)) == ["LimitRanger", "AlwaysPullImages", "PodSecurity", "RuntimeClass",
+                                             "ResourceQuota"]
+    assert names(pods.validators(UPDATE)) == ["LimitRanger", "AlwaysPullImages", "PodSecurity"]
+    assert names(pods.validators(UPDATE, "ephemeralcontainers")) == ["PodSecurity"]
     assert pods.mutators(UPDATE, "status") == () and pods.validators(UPDATE, "status") == ()
     claims = built.for_resource(res("", "persistentvolumeclaims"))
     assert names(claims.mutators(CREATE)) == ["NamespaceLifecycle", "LimitRanger", "DefaultStorageClass",
@@ -82,7 +85,9 @@ def test_each_resource_gets_only_its_plugins() -> None:
     assert names(volumes.mutators(CREATE)) == ["StorageObjectInUseProtection"]
     assert volumes.validators(CREATE) == ()
     namespaces = built.for_resource(res("", "namespaces"))
-    assert namespaces.mutators(CREATE) == () and namespaces.validators(CREATE) == ()
+    assert namespaces.mutators(CREATE) == () and names(namespaces.validators(CREATE)) == ["PodSecurity"]
+    deployments = built.for_resource(res("apps", "deployments"))
+    assert names(deployments.validators(UPDATE)) == ["PodSecurity"] and deployments.validators(UPDATE, "scale") == ()
     configmaps = built.for_resource(res("", "configmaps"))
     assert names(configmaps.mutators(CREATE)) == ["NamespaceLifecycle"]
     assert names(configmaps.validators(CREATE)) == ["ResourceQuota"]
