@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import APIServerProcess, Kubectl, start_apiserver
+from tests.conftest import APIServerProcess, Kubectl, eventually, start_apiserver
 
 RESTRICTED_PRIVILEGED_POD = (
     'violates PodSecurity "restricted:latest": privileged (container "c" must not set '
@@ -152,8 +152,12 @@ def configured_apiserver(etcd_server: str, workdir: Path) -> Iterator[APIServerP
         "apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration",
         "plugins": [{"name": "PodSecurity", "path": "podsecurity.yaml"}],
     }))
+    (directory / "audit-policy.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+        "rules": [{"level": "Metadata", "resources": [{"group": "", "resources": ["pods"]}]}, {"level": "None"}]}))
     server = start_apiserver([etcd_server], directory, "--admission-control-config-file",
-                             str(directory / "admission.yaml"))
+                             str(directory / "admission.yaml"), "--audit-policy-file",
+                             str(directory / "audit-policy.yaml"), "--audit-log-path", str(directory / "audit.log"))
     yield server
     server.stop()
 
@@ -190,3 +194,26 @@ def test_configuration_defaults_and_exemptions(configured_apiserver: APIServerPr
     result = admin.run("--as", "trusted", "-n", ns, "create", "-f", "-", stdin=json.dumps(pod("trusted", hostPID=True)))
     assert not result.stderr
     admin.json("-n", ns, "get", "pod", "trusted")
+
+
+async def test_audit_annotations(configured_apiserver: APIServerProcess, workdir: Path) -> None:
+    """The enforced policy and the audit level's violations land in the request's audit event."""
+    admin = Kubectl(_kubeconfig(workdir / "podsecurity-config" / "admin.kubeconfig", configured_apiserver.url,
+                                "test"))
+    ns = namespace(admin, audit="restricted", warn="privileged")
+    assert create(admin, ns, pod("audited")).returncode == 0
+    log = workdir / "podsecurity-config" / "audit.log"
+
+    async def event() -> dict[str, Any] | None:
+        for line in log.read_text().splitlines() if log.exists() else []:
+            e = json.loads(line)
+            if (e.get("objectRef") or {}).get("namespace") == ns and e.get("verb") == "create" \
+                    and e.get("stage") == "ResponseComplete":
+                return e
+        return None
+
+    annotations = (await eventually(event, limit=30, what="the pod's audit event"))["annotations"]
+    assert annotations["pod-security.kubernetes.io/enforce-policy"] == "baseline:latest"
+    assert annotations["pod-security.kubernetes.io/audit-violations"].startswith(
+        'would violate PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "c" must set '
+        "securityContext.allowPrivilegeEscalation=false)")
