@@ -15,6 +15,7 @@ watch cache (a namespace it has not seen yet from etcd), as upstream reads infor
 
 from __future__ import annotations
 
+import bisect
 import time
 from typing import Any
 
@@ -180,8 +181,13 @@ class PodSecurity(ValidationInterface):
         by its lexically first pod, each controller's pods checked after one of every other's."""
         cache = self.config.cache.resources.get(self.pods_prefix)
         start = f"{self.pods_prefix}{namespace}/"
-        pods = [e.obj for key, e in (cache.entries.items() if cache is not None else ()) if key.startswith(start)]
-        pods.sort(key=lambda p: p["metadata"].get("name", ""))
+        pods: list[Obj] = []
+        if cache is not None:
+            keys = cache.sorted_keys()
+            for key in keys[bisect.bisect_left(keys, start):]:
+                if not key.startswith(start):
+                    break
+                pods.append(cache.entries[key].obj)
         first: list[Obj] = []
         repeats: list[Obj] = []
         controllers: set[str] = set()
