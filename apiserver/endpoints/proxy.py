@@ -661,9 +661,10 @@ async def _log_websocket(scope: Scope, receive: Any, send: Any, url: str, config
     offered = list(scope.get("subprotocols") or []) or [""]
     chosen = next((p for p in offered if p in LOG_PROTOCOLS), None)
     if chosen is None:
-        await _send_status(scope, send, errors.bad_request(
+        # upstream's handshake refuses it with a bare 403
+        await _send_status(scope, send, errors.StatusError(403, "Forbidden", (
             f"requested protocol(s) are not supported: [{' '.join(offered)}]; supports "
-            f"[{' '.join(LOG_PROTOCOLS)}]"))
+            f"[{' '.join(LOG_PROTOCOLS)}]")))
         return
     text = LOG_PROTOCOLS[chosen]
     async with httpx.AsyncClient(verify=config.ssl_context(), timeout=httpx.Timeout(config.timeout, read=None)) \

@@ -143,3 +143,7 @@ async def test_logs_over_websockets(node: int, kubectl: Kubectl, unique_ns: str,
             pass
     assert refused.value.response.status_code == 400
     assert b"container nope is not valid for pod alive" in refused.value.response.body
+    with pytest.raises(InvalidStatus) as refused:
+        async with open_ws(target, "v4.channel.k8s.io"):
+            pass
+    assert refused.value.response.status_code == 403, "logs speak no channel protocol, as upstream"
