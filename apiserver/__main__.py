@@ -15,6 +15,7 @@ import structlog
 import uvicorn
 
 from apiserver.admission.chain import UnknownPlugin, check_flags
+from apiserver.admission.config import AdmissionConfigError
 from apiserver.audit import options as audit_options
 from apiserver.auth.authn import load_token_file
 from apiserver.auth.authz import MODES as AUTHORIZATION_MODES
@@ -194,6 +195,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "order whatever order they are given in")
     p.add_argument("--disable-admission-plugins", type=name_list, default=[], metavar="NAMES",
                    help="default-enabled admission plugins not to run")
+    p.add_argument("--admission-control-config-file", default="", metavar="FILE",
+                   help="AdmissionConfiguration with the plugins' configuration (e.g. PodSecurity's defaults and "
+                        "exemptions)")
     p.add_argument("--scheduler-health-url", default=DEFAULT_SCHEDULER_URL,
                    help="what `kubectl get componentstatuses` probes for the scheduler (pyk8s; upstream's is fixed)")
     p.add_argument("--controller-manager-health-url", default=DEFAULT_CONTROLLER_MANAGER_URL,
@@ -269,10 +273,14 @@ async def serve(args: argparse.Namespace) -> None:
         default_unreachable_toleration_seconds=args.default_unreachable_toleration_seconds,
         enable_admission_plugins=args.enable_admission_plugins,
         disable_admission_plugins=args.disable_admission_plugins,
+        admission_control_config_file=args.admission_control_config_file,
         scheduler_health_url=args.scheduler_health_url,
         controller_manager_health_url=args.controller_manager_health_url,
     )
-    server = APIServer(options)
+    try:
+        server = APIServer(options)
+    except AdmissionConfigError as exc:
+        sys.exit(f"apiserver: {exc}")
     audit = audit_options.auditor(args)
     app = APIApp(server, kubelet_config(args), audit, serving_options.max_in_flight(args))
     configs = []

@@ -12,6 +12,7 @@ import orjson
 import structlog
 
 from apiserver.admission import chain
+from apiserver.admission import config as admission_config
 from apiserver.admission.interfaces import PluginConfig
 from apiserver.auth.bootstrap_policy import Stores, ensure_bootstrap_policy
 from apiserver.auth.tokens import DEFAULT_ISSUER, TokenIssuer
@@ -80,6 +81,8 @@ class Options:
     #: --enable-admission-plugins / --disable-admission-plugins: changes to upstream's default-enabled set
     enable_admission_plugins: list[str] = field(default_factory=list)
     disable_admission_plugins: list[str] = field(default_factory=list)
+    #: --admission-control-config-file: the AdmissionConfiguration with the plugins' own configuration
+    admission_control_config_file: str = ""
     #: Where ComponentStatus probes the scheduler and the controller-manager (upstream: fixed local ports).
     scheduler_health_url: str = DEFAULT_SCHEDULER_URL
     controller_manager_health_url: str = DEFAULT_CONTROLLER_MANAGER_URL
@@ -100,7 +103,8 @@ class APIServer:
         self.admission = chain.build(
             chain.enabled_plugins(options.enable_admission_plugins, options.disable_admission_plugins),
             PluginConfig(self.cache, root, not_ready_toleration_seconds=options.default_not_ready_toleration_seconds,
-                         unreachable_toleration_seconds=options.default_unreachable_toleration_seconds))
+                         unreachable_toleration_seconds=options.default_unreachable_toleration_seconds,
+                         plugin_configs=admission_config.load(options.admission_control_config_file)))
         log.info("admission plugins", mutating=",".join(p.name for p in self.admission.mutating),
                  validating=",".join(p.name for p in self.admission.validating))
         self.ctx = ServerContext(

@@ -25,8 +25,10 @@ from apiserver.admission.interfaces import (
     PluginConfig,
     ValidationInterface,
 )
+from apiserver.admission.limitranger import LimitRanger
 from apiserver.admission.namespacelifecycle import NamespaceLifecycle
 from apiserver.admission.noderestriction import NodeRestriction
+from apiserver.admission.podsecurity.plugin import PodSecurity
 from apiserver.admission.priority import Priority
 from apiserver.admission.resourcequota import ResourceQuota
 from apiserver.admission.runtimeclass import RuntimeClass
@@ -87,8 +89,9 @@ DEFAULT_ON: frozenset[str] = frozenset({
 
 #: the plugins pyk8s implements, by name
 REGISTERED: dict[str, type[Plugin]] = {p.name: p for p in (
-    NamespaceLifecycle, ServiceAccount, NodeRestriction, AlwaysPullImages, Priority, DefaultTolerationSeconds,
-    DefaultStorageClass, StorageObjectInUseProtection, RuntimeClass, ResourceQuota, DefaultIngressClass,
+    NamespaceLifecycle, LimitRanger, ServiceAccount, NodeRestriction, AlwaysPullImages, PodSecurity, Priority,
+    DefaultTolerationSeconds, DefaultStorageClass, StorageObjectInUseProtection, RuntimeClass, DefaultIngressClass,
+    ResourceQuota,
 )}
 
 

@@ -9,7 +9,8 @@ the validating ones after, just before it is stored, each phase in upstream's pl
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from services.api.catalog import Resource
@@ -61,6 +62,8 @@ class PluginConfig:
     #: DefaultTolerationSeconds: --default-not-ready-toleration-seconds, --default-unreachable-toleration-seconds
     not_ready_toleration_seconds: int = 300
     unreachable_toleration_seconds: int = 300
+    #: --admission-control-config-file: each configured plugin's configuration object, by plugin name
+    plugin_configs: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Plugin:

@@ -154,6 +154,11 @@ class AuditRecord:
                 "authorization.k8s.io/decision": "allow" if decision == "allow" else "forbid",
                 "authorization.k8s.io/reason": reason})
 
+    def annotate(self, annotations: dict[str, str]) -> None:
+        """What admission plugins noted about the request (upstream's audit.AddAuditAnnotation)."""
+        if self.audited and annotations:
+            self.event.setdefault("annotations", {}).update(annotations)
+
     def wrap_send(self, send: Any) -> Any:
         audit_id = self.audit_id.encode("latin-1")
 

@@ -18,6 +18,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from apiserver.admission import request as admission_request
 from apiserver.audit.recorder import Auditor
 from apiserver.auth import reviews
 from apiserver.auth.authn import (
@@ -42,7 +43,7 @@ from apiserver.auth.bootstrap_policy import node_rules
 from apiserver.auth.bootstraptoken import BootstrapTokenAuthenticator
 from apiserver.auth.node_authorizer import NodeAuthorizer, NodeGraph
 from apiserver.auth.rbac import RBAC_GROUP, RBACAuthorizer, escalation_allowed
-from apiserver.endpoints import discovery, openapi, proxy, typecheck
+from apiserver.endpoints import discovery, fieldvalidation, openapi, proxy, typecheck
 from apiserver.endpoints.negotiation import PATCH_TYPES, body_read, decode_body, media_type, negotiate, read_body
 from apiserver.endpoints.resources import ResourceHandler, Target, parse_path
 from apiserver.registry import certificates, componentstatus
@@ -523,7 +524,10 @@ class APIApp:
                 await _refuse(scope, receive, send, exc)
                 return
             scope["pyk8s.user"] = attrs.user
-            await self._route(scope, receive, send)
+            with admission_request.serving(attrs.user) as admitted:
+                await self._route(scope, receive, send)
+            if record is not None:
+                record.annotate(admitted.annotations)
         except Exception as exc:
             if record is not None:
                 record.panicked(exc)
@@ -550,6 +554,8 @@ class APIApp:
                 except Exception as exc:  # noqa: BLE001 - every failure must still be a Status
                     log.exception("unhandled error", path=path, method=scope.get("method"))
                     response = _status_response(errors.internal(f"{type(exc).__name__}: {exc}"))
+                for warning in fieldvalidation.warning_headers(admission_request.current().warnings):
+                    response.headers.append("Warning", warning)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)

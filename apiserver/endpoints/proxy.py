@@ -2,8 +2,9 @@
 
 The apiserver validates the request against the pod (container names, options), then forwards it to
 the kubelet API at the node's address: log bodies stream through as they arrive; WebSocket upgrades
-(exec/attach `v5.channel.k8s.io`/v4, port-forward `SPDY/3.1+portforward.k8s.io`) are accepted with
-the subprotocol the kubelet chose and their messages relayed both ways untouched. The server must
+(exec/attach over `v5.channel.k8s.io`, v4, `channel.k8s.io` and their base64 forms, port-forward
+`SPDY/3.1+portforward.k8s.io`) are accepted with the subprotocol the kubelet chose and their messages
+relayed both ways untouched; a WebSocket for pods/log is served here, from the kubelet's HTTP body. The server must
 run uvicorn with `ws="wsproto"`: the `websockets` implementation refuses the port-forward subprotocol.
 SPDY/3.1 upgrades (kubectl with WebSockets off, older clients) are passed to the kubelet and, once it
 answers 101, the two connections are spliced byte for byte, as upstream's upgrade-aware proxy does.
@@ -13,6 +14,7 @@ These are ASGI-level functions so the caller can hand over `http` and `websocket
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ipaddress
 import posixpath
@@ -44,6 +46,8 @@ HIGH_WATER = 1 << 20
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
                          "te", "trailer", "transfer-encoding", "upgrade"})
 _NOT_FORWARDED = _HOP_BY_HOP | {"host", "authorization"}
+#: the subprotocols pods/log streams over a WebSocket with, and whether each sends base64 text
+LOG_PROTOCOLS = {"": False, "binary.k8s.io": False, "base64.binary.k8s.io": True}
 LOG_PARAMS = ("follow", "previous", "timestamps", "sinceSeconds", "sinceTime", "tailLines", "limitBytes")
 
 
@@ -211,7 +215,9 @@ async def proxy_pod_subresource(scope: Scope, receive: Any, send: Any, pod: dict
     except ValueError as exc:
         await _send_status(scope, send, errors.bad_request(str(exc)))
         return
-    if scope["type"] == "websocket":
+    if scope["type"] == "websocket" and subresource == "log":
+        await _log_websocket(scope, receive, send, base + path, config)
+    elif scope["type"] == "websocket":
         await _relay_websocket(scope, receive, send, base.replace("https://", "wss://", 1) + path, config)
     elif is_spdy_upgrade(scope):
         await _relay_spdy(scope, receive, send, base + path, config)
@@ -643,6 +649,61 @@ async def _kubelet_to_client(upstream: KubeletSocket, send: Any) -> None:
     code = upstream.close_code
     with contextlib.suppress(Exception):
         await send({"type": "websocket.close", "code": 1000 if code in (1005, 1006) else code})
+
+
+async def _log_websocket(scope: Scope, receive: Any, send: Any, url: str, config: KubeletClientConfig) -> None:
+    """pods/log over a WebSocket, as upstream's wsstream.Reader serves a stream: the kubelet's log body
+    read over HTTP, each chunk one message, binary (no subprotocol or `binary.k8s.io`) or base64 text
+    (`base64.binary.k8s.io`); the socket closes when the log ends or the client goes."""
+    first = await receive()
+    if first["type"] != "websocket.connect":
+        return
+    offered = list(scope.get("subprotocols") or []) or [""]
+    chosen = next((p for p in offered if p in LOG_PROTOCOLS), None)
+    if chosen is None:
+        # upstream's handshake refuses it with a bare 403
+        await _send_status(scope, send, errors.StatusError(403, "Forbidden", (
+            f"requested protocol(s) are not supported: [{' '.join(offered)}]; supports "
+            f"[{' '.join(LOG_PROTOCOLS)}]")))
+        return
+    text = LOG_PROTOCOLS[chosen]
+    async with httpx.AsyncClient(verify=config.ssl_context(), timeout=httpx.Timeout(config.timeout, read=None)) \
+            as client:
+        try:
+            response = await client.send(client.build_request("GET", url), stream=True)
+        except httpx.HTTPError as exc:
+            parts = urllib.parse.urlsplit(url)
+            reason = dial_error(exc, parts.hostname or "", parts.port or 443)
+            await _send_status(scope, send, errors.internal(f"error trying to reach the kubelet: {reason or exc}"))
+            return
+        try:
+            if response.status_code >= 400:
+                await _send_status(scope, send, _status_from_kubelet(response.status_code, await response.aread()))
+                return
+            await send({"type": "websocket.accept", "subprotocol": chosen or None})
+
+            async def relay() -> None:
+                with contextlib.suppress(httpx.HTTPError):
+                    async for chunk in response.aiter_raw():
+                        if chunk:
+                            await send({"type": "websocket.send", "text": base64.b64encode(chunk).decode("ascii")}
+                                       if text else {"type": "websocket.send", "bytes": chunk})
+                await send({"type": "websocket.close", "code": 1000})
+
+            async def client_gone() -> None:
+                while (await receive())["type"] != "websocket.disconnect":
+                    continue
+
+            tasks = {asyncio.create_task(relay()), asyncio.create_task(client_gone())}
+            try:
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+        finally:
+            await response.aclose()
 
 
 # -- SPDY upgrades -------------------------------------------------------------------------------------

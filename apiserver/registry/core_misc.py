@@ -7,11 +7,13 @@ import base64
 import binascii
 import ipaddress
 from datetime import UTC, datetime
+from decimal import Decimal
 
 from apiserver.registry.base import MetaStrategy, child, get, setdefault
 from apiserver.registry.podspec import PROTOCOLS, default_pod_template, validate_pod_template
 from apiserver.registry.strategy import Cause, Obj
 from services.api import validation as v
+from services.api.quantity import canonicalize_quantity, parse_quantity
 
 MAX_DATA_SIZE = 1024 * 1024
 ACCESS_MODES = ("ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
@@ -230,17 +232,158 @@ class PersistentVolumeClaimStrategy(MetaStrategy):
 
 
 class LimitRangeStrategy(MetaStrategy):
+    def defaults(self, obj: Obj) -> None:
+        """SetDefaults_LimitRangeItem: a Container item's default limit is its max, its default request
+        the default limit, else the min."""
+        for item in get(obj, "spec", "limits", default=[]):
+            if not isinstance(item, dict) or item.get("type") != LIMIT_CONTAINER:
+                continue
+            default = dict(item.get("default") or {})
+            request = dict(item.get("defaultRequest") or {})
+            for name, value in (item.get("max") or {}).items():
+                default.setdefault(name, value)
+            for name, value in [*default.items(), *(item.get("min") or {}).items()]:
+                request.setdefault(name, value)
+            if default:
+                item["default"] = default
+            if request:
+                item["defaultRequest"] = request
+
     def validate_spec(self, obj: Obj) -> list[Cause]:
         causes: list[Cause] = []
+        seen: set[str] = set()
         for i, item in enumerate(get(obj, "spec", "limits", default=[])):
-            path = f"spec.limits[{i}]"
-            kind = item.get("type") or ""
-            if not kind:
-                causes.append(v.required(f"{path}.type"))
-            for key in ("max", "min", "default", "defaultRequest", "maxLimitRequestRatio"):
-                for name, value in (item.get(key) or {}).items():
-                    causes.extend(v.validate_quantity(value, f"{path}.{key}[{name}]"))
+            causes.extend(_validate_limit_range_item(item, f"spec.limits[{i}]", seen))
         return causes
+
+
+LIMIT_CONTAINER = "Container"
+LIMIT_POD = "Pod"
+LIMIT_CLAIM = "PersistentVolumeClaim"
+_LIMIT_TYPES = (LIMIT_CONTAINER, LIMIT_POD, LIMIT_CLAIM)
+_CONTAINER_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+_STANDARD_RESOURCES = frozenset({
+    "cpu", "memory", "ephemeral-storage", "requests.cpu", "requests.memory", "requests.ephemeral-storage",
+    "limits.cpu", "limits.memory", "limits.ephemeral-storage", "pods", "services", "replicationcontrollers",
+    "resourcequotas", "secrets", "configmaps", "persistentvolumeclaims", "storage", "requests.storage",
+    "services.nodeports", "services.loadbalancers",
+})
+_LIMIT_KEYS = ("max", "min", "default", "defaultRequest", "maxLimitRequestRatio")
+
+
+def _validate_resource_name(name: str, path: str) -> list[Cause]:
+    """Upstream's validateResourceName: qualified, and standard unless it has a domain."""
+    causes = [v.invalid(path, name, m) for m in v.is_qualified_name(name)]
+    if causes:
+        return causes
+    hugepages = name.startswith(("hugepages-", "requests.hugepages-"))
+    if "/" not in name and name not in _STANDARD_RESOURCES and not hugepages:
+        return [v.invalid(path, name, "must be a standard resource type or fully qualified")]
+    return []
+
+
+def _validate_container_resource_name(name: str, path: str) -> list[Cause]:
+    """Upstream's validateContainerResourceName: what a Pod or Container item may bound."""
+    causes = _validate_resource_name(name, path)
+    if "/" not in name:
+        if name not in _CONTAINER_RESOURCES and not name.startswith("hugepages-"):
+            causes.append(v.invalid(path, name, "must be a standard resource for containers"))
+    elif "kubernetes.io/" not in name and (name.startswith("requests.") or v.is_qualified_name(f"requests.{name}")):
+        causes.append(v.invalid(path, name, "doesn't follow extended resource name standard"))
+    return causes
+
+
+def _overcommit_allowed(name: str) -> bool:
+    """cpu, memory and the like may be requested below their limit; hugepages and extended resources not."""
+    native = "/" not in name or "kubernetes.io/" in name
+    return native and not name.startswith("hugepages-")
+
+
+def _validate_limit_range_item(item: Obj, path: str, seen: set[str]) -> list[Cause]:
+    """Upstream's ValidateLimitRange for one item of spec.limits, in its order of checks."""
+    if not isinstance(item, dict):
+        return [v.invalid(path, item, "must be an object")]
+    causes: list[Cause] = []
+    kind = item.get("type") or ""
+    type_errors = [v.invalid(f"{path}.type", kind, m) for m in v.is_qualified_name(kind)]
+    if not type_errors and "/" not in kind and kind not in _LIMIT_TYPES:
+        type_errors = [v.invalid(f"{path}.type", kind, "must be a standard limit type or fully qualified")]
+    causes += type_errors
+    if kind in seen:
+        causes.append(v.duplicate(f"{path}.type", kind))
+    seen.add(kind)
+    check_name = _validate_container_resource_name if kind in (LIMIT_CONTAINER, LIMIT_POD) else \
+        _validate_resource_name
+    values: dict[str, dict[str, Decimal]] = {key: {} for key in _LIMIT_KEYS}
+    texts: dict[str, dict[str, str]] = {key: {} for key in _LIMIT_KEYS}
+    keys: set[str] = set()
+
+    def take(key: str) -> None:
+        for name, value in (item.get(key) or {}).items():
+            causes.extend(check_name(name, f"{path}.{key}[{name}]"))
+            bad = v.validate_quantity(value, f"{path}.{key}[{name}]")
+            causes.extend(bad)
+            keys.add(name)
+            if not bad:
+                values[key][name] = parse_quantity(value)
+                texts[key][name] = canonicalize_quantity(value)
+
+    take("max")
+    take("min")
+    if kind == LIMIT_POD:
+        for key in ("default", "defaultRequest"):
+            if item.get(key):
+                causes.append(v.forbidden(f"{path}.{key}", "may not be specified when `type` is 'Pod'"))
+    else:
+        take("default")
+        take("defaultRequest")
+    if kind == LIMIT_CLAIM and "storage" not in (item.get("min") or {}) and "storage" not in (item.get("max") or {}):
+        causes.append(v.required(f"{path}.limits", "either minimum or maximum storage value is required, but "
+                                                   "neither was provided"))
+    take("maxLimitRequestRatio")
+    for name in sorted(keys):
+        causes.extend(_compare_limits(path, name, {k: values[k].get(name) for k in _LIMIT_KEYS},
+                                      {k: texts[k].get(name, "") for k in _LIMIT_KEYS}))
+    return causes
+
+
+def _compare_limits(path: str, name: str, q: dict[str, Decimal | None], s: dict[str, str]) -> list[Cause]:
+    """min <= defaultRequest <= default <= max, a ratio of at least 1 and at most max/min, and no
+    overcommit of a resource that allows none."""
+    lo, hi, default, request, ratio = q["min"], q["max"], q["default"], q["defaultRequest"], q["maxLimitRequestRatio"]
+    causes: list[Cause] = []
+    if lo is not None and hi is not None and lo > hi:
+        causes.append(v.invalid(f"{path}.min[{name}]", s["min"], f"min value {s['min']} is greater than max value "
+                                                                  f"{s['max']}"))
+    if request is not None and lo is not None and lo > request:
+        causes.append(v.invalid(f"{path}.defaultRequest[{name}]", s["defaultRequest"],
+                                f"min value {s['min']} is greater than default request value {s['defaultRequest']}"))
+    if request is not None and hi is not None and request > hi:
+        causes.append(v.invalid(f"{path}.defaultRequest[{name}]", s["defaultRequest"],
+                                f"default request value {s['defaultRequest']} is greater than max value {s['max']}"))
+    if request is not None and default is not None and request > default:
+        causes.append(v.invalid(f"{path}.defaultRequest[{name}]", s["defaultRequest"],
+                                f"default request value {s['defaultRequest']} is greater than default limit value "
+                                f"{s['default']}"))
+    if default is not None and lo is not None and lo > default:
+        causes.append(v.invalid(f"{path}.default[{name}]", s["min"],
+                                f"min value {s['min']} is greater than default value {s['default']}"))
+    if default is not None and hi is not None and default > hi:
+        causes.append(v.invalid(f"{path}.default[{name}]", s["max"],
+                                f"default value {s['default']} is greater than max value {s['max']}"))
+    if ratio is not None and ratio < 1:
+        causes.append(v.invalid(f"{path}.maxLimitRequestRatio[{name}]", s["maxLimitRequestRatio"],
+                                f"ratio {s['maxLimitRequestRatio']} is less than 1"))
+    if ratio is not None and lo is not None and hi is not None and lo > 0:
+        bound = float(hi) / float(lo)
+        if float(ratio) > bound:
+            causes.append(v.invalid(f"{path}.maxLimitRequestRatio[{name}]", s["maxLimitRequestRatio"],
+                                    f"ratio {s['maxLimitRequestRatio']} is greater than max/min = {bound:f}"))
+    if not _overcommit_allowed(name) and default is not None and request is not None and default != request:
+        causes.append(v.invalid(f"{path}.defaultRequest[{name}]", s["defaultRequest"],
+                                f"default value {s['default']} must equal to defaultRequest value "
+                                f"{s['defaultRequest']} in {name}"))
+    return causes
 
 
 class ResourceQuotaStrategy(MetaStrategy):

@@ -109,6 +109,17 @@ def default_pod_template(template: Any) -> None:
             default_pod_spec(spec)
 
 
+def default_requests_to_limits(container: Obj) -> None:
+    """SetDefaults_Pod's rule that a container's unset request of a resource it limits is the limit."""
+    resources = container.get("resources")
+    if isinstance(resources, dict) and isinstance(resources.get("limits"), dict) and resources["limits"]:
+        requests = resources.get("requests")
+        if not isinstance(requests, dict):
+            requests = resources["requests"] = {}
+        for name, value in resources["limits"].items():
+            requests.setdefault(name, value)
+
+
 def default_pod_only(spec: Obj) -> None:
     """Defaults upstream gives pods but not templates: SetDefaults_Pod, and the deprecated
     `serviceAccount` kept equal to `serviceAccountName` as v1's conversion does. What the
@@ -118,13 +129,7 @@ def default_pod_only(spec: Obj) -> None:
         for container in spec.get(key) or []:
             if not isinstance(container, dict):
                 continue
-            resources = container.get("resources")
-            if isinstance(resources, dict) and isinstance(resources.get("limits"), dict) and resources["limits"]:
-                requests = resources.get("requests")
-                if not isinstance(requests, dict):
-                    requests = resources["requests"] = {}
-                for name, value in resources["limits"].items():
-                    requests.setdefault(name, value)
+            default_requests_to_limits(container)
             if spec.get("hostNetwork"):
                 for port in container.get("ports") or []:
                     if not port.get("hostPort"):

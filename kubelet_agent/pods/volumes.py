@@ -42,6 +42,9 @@ class VolumeError(Exception):
 class MountedVolume:
     path: str
     readonly: bool = False
+    #: a `local` PersistentVolume: the kubelet manages its ownership (fsGroup), as upstream's local
+    #: plugin does; hostPath ones it leaves alone
+    local: bool = False
 
 
 def write_atomic(target: Path, payload: Payload) -> bool:
@@ -168,9 +171,13 @@ class VolumeManager:
             hp = vol["hostPath"]
             await asyncio.to_thread(check_host_path, hp["path"], hp.get("type") or "")
             return MountedVolume(hp["path"])
-        if "persistentVolumeClaim" in vol:
-            return await self._claim(ns, vol["persistentVolumeClaim"])
         gid = ownership.fs_group(pod)
+        if "persistentVolumeClaim" in vol:
+            mounted = await self._claim(ns, vol["persistentVolumeClaim"])
+            if mounted.local and not mounted.readonly and gid is not None:
+                await asyncio.to_thread(ownership.set_volume_ownership, Path(mounted.path), gid, False,
+                                        ownership.change_policy(pod))
+            return mounted
         if "emptyDir" in vol:
             path = self.pod_dir(uid) / "volumes" / PLUGIN_DIRS["emptyDir"] / name
             if await self._empty_dir(path, vol["emptyDir"] or {}) and gid is not None:
@@ -223,7 +230,7 @@ class VolumeManager:
             raise VolumeError(f'persistentvolume "{volume_name}": only hostPath and local volumes can be mounted')
         if "hostPath" in spec:
             await asyncio.to_thread(check_host_path, path, spec["hostPath"].get("type") or "DirectoryOrCreate")
-        return MountedVolume(path, readonly=bool(source.get("readOnly")))
+        return MountedVolume(path, readonly=bool(source.get("readOnly")), local="local" in spec)
 
     async def _payload(self, pod: dict[str, Any], kind: str, source: dict[str, Any], pod_ip: str,
                        host_ips: list[str]) -> Payload | None:

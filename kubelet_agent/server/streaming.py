@@ -22,7 +22,17 @@ from typing import Protocol
 import orjson
 
 from kubelet_agent.server import spdy
-from kubelet_agent.server.ws import CLOSE, ERROR, RESIZE, STDERR, STDIN, STDOUT, WebSocket
+from kubelet_agent.server.ws import (
+    CHANNEL_PROTOCOLS,
+    CLOSE,
+    ERROR,
+    RESIZE,
+    STDERR,
+    STDIN,
+    STDOUT,
+    ChannelProtocol,
+    WebSocket,
+)
 
 Connect = Callable[[str, int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
 SUCCESS = b'{"metadata":{},"status":"Success"}'
@@ -180,7 +190,7 @@ class SocketChannel:
 async def relay_remote_command(ws: WebSocket, session: spdy.Session, *, stdin: bool, stdout: bool, stderr: bool,
                                tty: bool) -> None:
     """Relay one exec/attach between the client's channel WebSocket and the runtime's SPDY streams."""
-    v5 = ws.subprotocol.startswith("v5.")
+    framing = CHANNEL_PROTOCOLS.get(ws.subprotocol, CHANNEL_PROTOCOLS[""])
     try:
         error = await session.open_stream({"streamType": "error"})
         streams: dict[int, spdy.Stream] = {}
@@ -193,21 +203,24 @@ async def relay_remote_command(ws: WebSocket, session: spdy.Session, *, stdin: b
         if tty:
             streams[RESIZE] = await session.open_stream({"streamType": "resize"})
     except (TimeoutError, ConnectionError, OSError):
-        await ws.send(bytes([ERROR]) + failure_status("runtime streaming server did not accept the streams"))
+        await _send_status(ws, framing, failure_status("runtime streaming server did not accept the streams"))
         await ws.close()
         return
     await error.close()
+    # Upstream's first message, empty, on the lowest channel the client reads: the streams are up.
+    await ws.send(framing.encode(next((c for c in (STDOUT, STDERR) if c in streams), ERROR), b""))
 
     async def pump(stream: spdy.Stream, channel: int) -> None:
         while data := await stream.read():
-            await ws.send(bytes([channel]) + data)
+            await ws.send(framing.encode(channel, data))
 
     async def from_client() -> None:
         while (msg := await ws.recv()) is not None:
-            if not msg:
+            decoded = framing.decode(msg)
+            if decoded is None:
                 continue
-            channel, data = msg[0], msg[1:]
-            if channel == CLOSE and v5 and data[:1] == bytes([STDIN]) and STDIN in streams:
+            channel, data = decoded
+            if channel == CLOSE and framing.close_channel and data[:1] == bytes([STDIN]) and STDIN in streams:
                 await streams[STDIN].close()
             elif channel in (STDIN, RESIZE) and channel in streams and data:
                 await streams[channel].write(data)
@@ -217,7 +230,7 @@ async def relay_remote_command(ws: WebSocket, session: spdy.Session, *, stdin: b
     try:
         await asyncio.wait({output, client}, return_when=asyncio.FIRST_COMPLETED)
         if output.done() and output.exception() is None:
-            await ws.send(bytes([ERROR]) + (output.result()[-1] or SUCCESS))
+            await _send_status(ws, framing, output.result()[-1] or SUCCESS)
             await ws.close()
     finally:
         for task in (client, output):
@@ -225,6 +238,20 @@ async def relay_remote_command(ws: WebSocket, session: spdy.Session, *, stdin: b
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await session.close()
+
+
+async def _send_status(ws: WebSocket, framing: ChannelProtocol, status: bytes) -> None:
+    """The command's outcome on the error channel: the Status itself from v4 on; before, only a
+    failure's message (upstream's v1WriteStatusFunc)."""
+    if framing.status_json:
+        await ws.send(framing.encode(ERROR, status))
+        return
+    try:
+        decoded = orjson.loads(status)
+    except orjson.JSONDecodeError:
+        decoded = {"status": "Failure", "message": status.decode(errors="replace")}
+    if isinstance(decoded, dict) and decoded.get("status") != "Success":
+        await ws.send(framing.encode(ERROR, str(decoded.get("message") or "").encode()))
 
 
 class PortForwardTunnel:

@@ -7,16 +7,59 @@ so the handshake and frames go through `websockets.server.ServerProtocol` rather
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import collections
 import contextlib
+from dataclasses import dataclass
 
 from websockets.frames import Opcode
 from websockets.http11 import Request
 from websockets.server import ServerProtocol
 
-# Channel numbers of the Kubernetes remote-command protocols (v4/v5.channel.k8s.io).
+# Channel numbers of the Kubernetes remote-command protocols (channel.k8s.io and its successors).
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
-EXEC_PROTOCOLS = ["v5.channel.k8s.io", "v4.channel.k8s.io"]
+
+
+@dataclass(frozen=True)
+class ChannelProtocol:
+    """How one remote-command subprotocol frames its channels, as upstream's wsstream.Conn does.
+
+    Binary ones prefix each binary message with the channel byte; base64 ones send text messages of
+    the channel as an ASCII digit and the data base64-encoded. From v4 on the error channel carries
+    a JSON Status, success included; before, only a failure's message. v5 adds the CLOSE channel."""
+
+    base64: bool = False
+    status_json: bool = True
+    close_channel: bool = False
+
+    def encode(self, channel: int, data: bytes) -> bytes | str:
+        if self.base64:
+            return chr(ord("0") + channel) + base64.b64encode(data).decode("ascii")
+        return bytes([channel]) + data
+
+    def decode(self, message: bytes) -> tuple[int, bytes] | None:
+        """(channel, data) of a client's message; None for one that says nothing or does not decode."""
+        if not message:
+            return None
+        if not self.base64:
+            return message[0], message[1:]
+        try:
+            return message[0] - ord("0"), base64.b64decode(message[1:], validate=True)
+        except binascii.Error:
+            return None
+
+
+#: the subprotocols exec and attach speak, preferred first; "" is a client that offers none (binary, v1)
+CHANNEL_PROTOCOLS: dict[str, ChannelProtocol] = {
+    "v5.channel.k8s.io": ChannelProtocol(close_channel=True),
+    "v4.channel.k8s.io": ChannelProtocol(),
+    "v4.base64.channel.k8s.io": ChannelProtocol(base64=True),
+    "channel.k8s.io": ChannelProtocol(status_json=False),
+    "base64.channel.k8s.io": ChannelProtocol(base64=True, status_json=False),
+    "": ChannelProtocol(status_json=False),
+}
+EXEC_PROTOCOLS = [p for p in CHANNEL_PROTOCOLS if p]
 PORTFORWARD_TUNNEL = "SPDY/3.1+portforward.k8s.io"
 PORTFORWARD_CHANNELS = ["v4.channel.k8s.io", "portforward.k8s.io"]
 
@@ -118,12 +161,16 @@ class WebSocket:
                 await self._flush()
         return self._messages.popleft()
 
-    async def send(self, data: bytes) -> None:
+    async def send(self, data: bytes | str) -> None:
+        """A binary message, or a text one for a str."""
         async with self._lock:
             if self._closed and self.protocol.close_sent is not None:
                 return
             with contextlib.suppress(Exception):
-                self.protocol.send_binary(data)
+                if isinstance(data, str):
+                    self.protocol.send_text(data.encode())
+                else:
+                    self.protocol.send_binary(data)
                 await self._flush()
 
     async def close(self, code: int = 1000, reason: str = "") -> None:

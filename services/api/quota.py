@@ -328,9 +328,9 @@ def _resources(container: Obj, kind: str) -> ResourceList:
     return ((container.get("resources") or {}).get(kind)) or {}
 
 
-def _sum_and_max(spec: Obj, kind: str) -> ResourceList:
-    """Upstream's PodRequests/PodLimits: containers and sidecars add up; each regular init container,
-    with the sidecars started before it, is only a floor."""
+def containers_total(spec: Obj, kind: str) -> ResourceList:
+    """Upstream's PodRequests/PodLimits without the pod's overhead (what LimitRanger checks): containers
+    and sidecars add up; each regular init container, with the sidecars started before it, is only a floor."""
     total: ResourceList = {}
     for container in _containers(spec, "containers"):
         total = add(total, _resources(container, kind))
@@ -348,14 +348,14 @@ def _sum_and_max(spec: Obj, kind: str) -> ResourceList:
 
 
 def pod_requests(spec: Obj) -> ResourceList:
-    requests = _sum_and_max(spec, "requests")
+    requests = containers_total(spec, "requests")
     overhead = spec.get("overhead") or {}
     return add(requests, overhead) if overhead else requests
 
 
 def pod_limits(spec: Obj) -> ResourceList:
     """Overhead is added only to resources that have a limit."""
-    limits = _sum_and_max(spec, "limits")
+    limits = containers_total(spec, "limits")
     overhead = mask(spec.get("overhead") or {}, limits)
     return add(limits, overhead) if overhead else limits
 

@@ -4,10 +4,12 @@ the port-forward tunnel and the apiserver's request mapping."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import ssl
 import types
 import zlib
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -19,7 +21,7 @@ from kubelet_agent.server import spdy
 from kubelet_agent.server.logs import CHUNK, LogOptions, read_logs, tail_offset
 from kubelet_agent.server.server import KubeletServer
 from kubelet_agent.server.streaming import PortForwardTunnel, relay_remote_command, serve_channel_port_forward
-from kubelet_agent.server.ws import WebSocket, _negotiate
+from kubelet_agent.server.ws import CHANNEL_PROTOCOLS, EXEC_PROTOCOLS, WebSocket, _negotiate
 from services.api import errors
 
 T0 = "2026-01-02T03:04:05.123456789Z"
@@ -418,3 +420,74 @@ def test_kubelet_address_prefers_internal_ip_and_reported_port() -> None:
         "https://[fd00::1]:10250"
     with pytest.raises(errors.StatusError, match="no preferred addresses"):
         proxy.kubelet_address({"status": {}})
+
+
+
+async def _fake_runtime_echo(status: dict[str, Any] | None) -> tuple[spdy.Session, asyncio.Task[None]]:
+    """A runtime streaming server in SPDY that runs `echo hi`, then ends with `status` (None: success)."""
+    read_srv, write_cli, read_cli, write_srv = _pipe()
+    streams: dict[str, spdy.Stream] = {}
+
+    async def on_stream(stream: spdy.Stream) -> None:
+        streams[stream.kind] = stream
+        if {"error", "stdout", "stderr"} <= streams.keys():
+            await streams["stdout"].write(b"hi\n")
+            await streams["stdout"].close()
+            await streams["stderr"].close()
+            if status is not None:
+                await streams["error"].write(orjson.dumps(status))
+            await streams["error"].close()
+
+    server = spdy.Session(read_srv, write_srv, client=False, on_stream=on_stream)
+    client = spdy.Session(read_cli, write_cli, client=True)
+    client.start()
+    return client, asyncio.create_task(server.run())
+
+
+EXIT_3 = {"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
+          "message": "command terminated with non-zero exit code: exit status 3",
+          "details": {"causes": [{"reason": "ExitCode", "message": "3"}]}}
+
+
+async def _exec_over(subprotocol: str, status: dict[str, Any] | None) -> list[bytes | str]:
+    """The messages a client speaking `subprotocol` reads from an exec of the fake runtime's `echo`."""
+    from websockets.asyncio.client import connect
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes) -> None:
+        ws = await WebSocket.accept(reader, writer, head, EXEC_PROTOCOLS)
+        assert ws is not None
+        session, task = await _fake_runtime_echo(status)
+        await relay_remote_command(ws, session, stdin=False, stdout=True, stderr=True, tty=False)
+        task.cancel()
+
+    server, port = await _ws_server(handler)
+    async with connect(f"ws://127.0.0.1:{port}/exec", subprotocols=[subprotocol]) as ws:  # type: ignore[list-item]
+        assert ws.subprotocol == subprotocol
+        received = [msg async for msg in ws]
+    server.close()
+    return received
+
+
+async def test_exec_relay_channel_k8s_io_sends_only_a_failures_message() -> None:
+    assert await _exec_over("channel.k8s.io", EXIT_3) == [
+        b"\x01", b"\x01hi\n", b"\x03command terminated with non-zero exit code: exit status 3"]
+    assert await _exec_over("channel.k8s.io", None) == [b"\x01", b"\x01hi\n"]
+
+
+async def test_exec_relay_base64_channels_are_text() -> None:
+    assert await _exec_over("base64.channel.k8s.io", None) == ["1", "1aGkK"]
+    v4 = await _exec_over("v4.base64.channel.k8s.io", None)
+    assert v4[:2] == ["1", "1aGkK"] and v4[2][0] == "3"
+    assert orjson.loads(base64.b64decode(v4[2][1:])) == {"metadata": {}, "status": "Success"}
+
+
+async def test_exec_relay_v4_sends_the_status() -> None:
+    messages = await _exec_over("v4.channel.k8s.io", EXIT_3)
+    assert messages[:2] == [b"\x01", b"\x01hi\n"]
+    assert isinstance(messages[2], bytes) and orjson.loads(messages[2][1:])["reason"] == "NonZeroExitCode"
+
+
+def test_channel_protocol_decoding() -> None:
+    binary, text = CHANNEL_PROTOCOLS["channel.k8s.io"], CHANNEL_PROTOCOLS["base64.channel.k8s.io"]
+    assert binary.decode(b"\x00abc") == (0, b"abc") and binary.decode(b"") is None
+    assert text.decode(b"0aGk=") == (0, b"hi") and text.decode(b"0!!") is None

@@ -16,9 +16,9 @@ from services.api.catalog import BUILTIN
 from services.api.errors import StatusError
 
 #: the relative order of the plugins pyk8s has, as upstream's AllOrderedPlugins (v1.32) lists them
-UPSTREAM_ORDER = ["NamespaceLifecycle", "ServiceAccount", "NodeRestriction", "AlwaysPullImages", "Priority",
-                  "DefaultTolerationSeconds", "DefaultStorageClass", "StorageObjectInUseProtection", "RuntimeClass",
-                  "DefaultIngressClass", "ResourceQuota"]
+UPSTREAM_ORDER = ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "NodeRestriction", "AlwaysPullImages",
+                  "PodSecurity", "Priority", "DefaultTolerationSeconds", "DefaultStorageClass",
+                  "StorageObjectInUseProtection", "RuntimeClass", "DefaultIngressClass", "ResourceQuota"]
 #: the plugins of UPSTREAM_ORDER upstream leaves off unless enabled (kubeadm enables NodeRestriction)
 DEFAULT_OFF = ("NodeRestriction", "AlwaysPullImages")
 
@@ -44,8 +44,9 @@ def test_order_is_upstreams_whatever_the_flags_say() -> None:
     assert enabled == [n for n in UPSTREAM_ORDER if n not in ("DefaultStorageClass", "NodeRestriction")]
     built = chain.build(list(reversed(UPSTREAM_ORDER)), config())
     assert names(built.plugins) == UPSTREAM_ORDER
-    assert names(built.mutating) == UPSTREAM_ORDER[:-1]
-    assert names(built.validating) == ["AlwaysPullImages", "RuntimeClass", "ResourceQuota"]
+    assert names(built.mutating) == [n for n in UPSTREAM_ORDER[:-1] if n != "PodSecurity"]
+    assert names(built.validating) == ["LimitRanger", "AlwaysPullImages", "PodSecurity", "RuntimeClass",
+                                       "ResourceQuota"]
     assert [n for n in chain.ORDERED_PLUGINS if n in chain.REGISTERED] == UPSTREAM_ORDER
 
 
@@ -63,27 +64,32 @@ def test_flag_errors(enable: list[str], disable: list[str], message: str) -> Non
 
 
 def test_disabling_a_plugin_pyk8s_lacks_is_fine() -> None:
-    chain.check_flags([], ["PodSecurity", "LimitRanger"])
-    assert chain.enabled_plugins([], ["PodSecurity"]) == chain.enabled_plugins()
+    chain.check_flags([], ["NodeRestriction", "EventRateLimit"])
+    assert chain.enabled_plugins([], ["EventRateLimit"]) == chain.enabled_plugins()
 
 
 def test_each_resource_gets_only_its_plugins() -> None:
     built = chain.build(chain.enabled_plugins(["AlwaysPullImages"]), config())
     pods = built.for_resource(res("", "pods"))
-    assert names(pods.mutators(CREATE)) == ["NamespaceLifecycle", "ServiceAccount", "AlwaysPullImages", "Priority",
-                                           "DefaultTolerationSeconds", "RuntimeClass"]
-    assert names(pods.mutators(UPDATE)) == ["AlwaysPullImages", "Priority", "DefaultTolerationSeconds"]
-    assert names(pods.validators(CREATE)) == ["AlwaysPullImages", "RuntimeClass", "ResourceQuota"]
-    assert names(pods.validators(UPDATE)) == ["AlwaysPullImages"]
+    assert names(pods.mutators(CREATE)) == ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "AlwaysPullImages",
+                                           "Priority", "DefaultTolerationSeconds", "RuntimeClass"]
+    assert names(pods.mutators(UPDATE)) == ["LimitRanger", "AlwaysPullImages", "Priority", "DefaultTolerationSeconds"]
+    assert names(pods.validators(CREATE)) == ["LimitRanger", "AlwaysPullImages", "PodSecurity", "RuntimeClass",
+                                             "ResourceQuota"]
+    assert names(pods.validators(UPDATE)) == ["LimitRanger", "AlwaysPullImages", "PodSecurity"]
+    assert names(pods.validators(UPDATE, "ephemeralcontainers")) == ["PodSecurity"]
     assert pods.mutators(UPDATE, "status") == () and pods.validators(UPDATE, "status") == ()
     claims = built.for_resource(res("", "persistentvolumeclaims"))
-    assert names(claims.mutators(CREATE)) == ["NamespaceLifecycle", "DefaultStorageClass",
+    assert names(claims.mutators(CREATE)) == ["NamespaceLifecycle", "LimitRanger", "DefaultStorageClass",
                                              "StorageObjectInUseProtection"]
+    assert names(claims.validators(UPDATE)) == ["LimitRanger"]
     volumes = built.for_resource(res("", "persistentvolumes"))
     assert names(volumes.mutators(CREATE)) == ["StorageObjectInUseProtection"]
     assert volumes.validators(CREATE) == ()
     namespaces = built.for_resource(res("", "namespaces"))
-    assert namespaces.mutators(CREATE) == () and namespaces.validators(CREATE) == ()
+    assert namespaces.mutators(CREATE) == () and names(namespaces.validators(CREATE)) == ["PodSecurity"]
+    deployments = built.for_resource(res("apps", "deployments"))
+    assert names(deployments.validators(UPDATE)) == ["PodSecurity"] and deployments.validators(UPDATE, "scale") == ()
     configmaps = built.for_resource(res("", "configmaps"))
     assert names(configmaps.mutators(CREATE)) == ["NamespaceLifecycle"]
     assert names(configmaps.validators(CREATE)) == ["ResourceQuota"]
@@ -95,8 +101,8 @@ def pod(**spec: Any) -> dict[str, Any]:
 
 
 async def test_pod_plugins_fill_what_upstream_admission_does() -> None:
-    names_without_lifecycle = [n for n in chain.enabled_plugins() if n != "NamespaceLifecycle"]
-    pods = chain.build(names_without_lifecycle, config()).for_resource(res("", "pods"))
+    without_storage_reads = [n for n in chain.enabled_plugins() if n not in ("NamespaceLifecycle", "LimitRanger")]
+    pods = chain.build(without_storage_reads, config()).for_resource(res("", "pods"))
     obj = pod()
     await pods.admit(CREATE, obj, None, "", False)
     spec = obj["spec"]

@@ -37,6 +37,23 @@ def test_fs_group_gives_group_access_and_setgid_directories(tmp_path: Path) -> N
     assert ownership.file_mode(0o400, readonly=True) == 0o440
 
 
+def test_fs_group_change_policy_on_root_mismatch(tmp_path: Path) -> None:
+    """OnRootMismatch walks the volume only while its root lacks the group, its bits or setgid; Always
+    walks it every time."""
+    gid = os.getgid() + 4321
+    (tmp_path / "data").write_text("x")
+    assert ownership.set_volume_ownership(tmp_path, gid, False, "OnRootMismatch"), "root mismatch: walked"
+    assert (tmp_path / "data").stat().st_gid == gid
+    os.chown(tmp_path / "data", -1, os.getgid())
+    assert not ownership.set_volume_ownership(tmp_path, gid, False, "OnRootMismatch"), "root matches: skipped"
+    assert (tmp_path / "data").stat().st_gid == os.getgid()
+    assert ownership.set_volume_ownership(tmp_path, gid, False, "Always")
+    assert (tmp_path / "data").stat().st_gid == gid
+    os.chmod(tmp_path, 0o755)
+    assert not ownership.root_matches(tmp_path, gid, False), "no setgid, no group write"
+    assert ownership.change_policy({"spec": {"securityContext": {"fsGroup": 1}}}) == "Always"
+
+
 def test_message_file_keeps_its_last_4_kib(tmp_path: Path) -> None:
     path = tmp_path / "msg"
     termination.prepare(path)
