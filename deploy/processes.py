@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from deploy import nodes
-from deploy.bootstrap import CLUSTER_CIDR, KUBELET_CLIENT, SERVICE_CIDR
+from deploy.bootstrap import CLUSTER_CIDR, FRONT_PROXY_CLIENT, KUBELET_CLIENT, SERVICE_CIDR
 from deploy.nodes import NodeNet
 from deploy.state import DEFAULT_PORT, Settings, State, free_port, port_in_use
 
@@ -156,7 +156,18 @@ def _apiserver_argv(state: State) -> list[str]:
         f"--controller-manager-health-url={_local_health('controller-manager')(state)}",
         f"--service-account-key-file={sa_pub}",
         f"--service-account-signing-key-file={sa_key}",
+        *_front_proxy_flags(state),
     ]
+
+
+def _front_proxy_flags(state: State) -> list[str]:
+    """How the apiserver proxies to extension apiservers (the metrics server), as kubeadm configures it."""
+    client_cert, client_key = state.pki.front_proxy_client
+    return [f"--requestheader-client-ca-file={state.pki.front_proxy_ca[0]}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={client_cert}", f"--proxy-client-key-file={client_key}"]
 
 
 def health_port(state: State, name: str) -> int:

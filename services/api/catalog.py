@@ -184,8 +184,9 @@ BUILTIN: tuple[Resource, ...] = (
 
 # The preferred version of each group, newest first where a group serves several.
 GROUP_ORDER: tuple[str, ...] = (
-    "", "apiregistration.k8s.io", "apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "autoscaling", "batch",
-    "policy", "rbac.authorization.k8s.io", "storage.k8s.io", "coordination.k8s.io", "discovery.k8s.io",
+    "", "apiregistration.k8s.io", "apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io",
+    "autoscaling", "batch", "policy", "rbac.authorization.k8s.io", "storage.k8s.io", "coordination.k8s.io",
+    "discovery.k8s.io",
     "networking.k8s.io", "scheduling.k8s.io", "node.k8s.io", "flowcontrol.apiserver.k8s.io", "certificates.k8s.io",
     "apiextensions.k8s.io",
 )

@@ -19,6 +19,7 @@ import pytest
 
 from services.runtime import pki
 from tests.conftest import REPO, APIServerProcess, Kubectl, free_port, start_apiserver
+from tests.integration.extension.frontproxy import front_proxy_flags
 
 APISERVICES = "/apis/apiregistration.k8s.io/v1/apiservices"
 WARDLE = "v1alpha1.wardle.pyk8s.io"
@@ -62,16 +63,8 @@ def _apiservice(name: str, group: str, namespace: str, service: str, ca: bytes |
 def aggregated(etcd_server: str, workdir: Path) -> Iterator[Aggregated]:
     root = workdir / f"aggregator-{uuid.uuid4().hex[:6]}"
     root.mkdir(parents=True)
-    front_ca = pki.create_ca("front-proxy-ca")
-    front_ca.write(root / "front-proxy-ca.crt", root / "front-proxy-ca.key")
-    pki.issue_client_cert(front_ca, "front-proxy-client").write(root / "front-proxy-client.crt",
-                                                                root / "front-proxy-client.key")
-    apiserver = start_apiserver(
-        [etcd_server], root, "--etcd-prefix", f"/agg-{uuid.uuid4().hex[:8]}",
-        f"--requestheader-client-ca-file={root / 'front-proxy-ca.crt'}",
-        "--requestheader-allowed-names=front-proxy-client",
-        f"--proxy-client-cert-file={root / 'front-proxy-client.crt'}",
-        f"--proxy-client-key-file={root / 'front-proxy-client.key'}")
+    apiserver = start_apiserver([etcd_server], root, "--etcd-prefix", f"/agg-{uuid.uuid4().hex[:8]}",
+                                *front_proxy_flags(root))
     url = apiserver.url
     kubeconfig = root / "kubeconfig"
     kubeconfig.write_text(json.dumps({
