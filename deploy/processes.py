@@ -226,6 +226,25 @@ def _hollow_argv(state: State) -> list[str]:
             "--healthz-bind-address=127.0.0.1"]
 
 
+def _metrics_server_argv(state: State) -> list[str]:
+    return [*_python("metrics_server"), f"--kubeconfig={state.kubeconfig}", "--bind-address=127.0.0.1",
+            f"--secure-port={health_port(state, 'metrics-server')}", f"--cert-dir={nodes.metrics_server_dir(state)}",
+            "--kubelet-insecure-tls", "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+            "--log-format=console"]
+
+
+def _unverified_tls(state: State) -> ssl.SSLContext:
+    """The metrics server's certificate is its own (self-signed); its health needs no trust."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+async def _register_metrics_server(state: State, http: httpx.AsyncClient) -> None:
+    await nodes.ensure_metrics_server(state, http, health_port(state, "metrics-server"))
+
+
 def _has_nodes(state: State) -> bool:
     return state.settings.nodes > 0
 
@@ -290,6 +309,16 @@ CONTROL_PLANE: tuple[ProcessSpec, ...] = (
         enabled=_has_nodes,
         listens=_own_port("noderoutes"),
         health_port=True,
+    ),
+    ProcessSpec(
+        name="metrics-server",
+        argv=_metrics_server_argv,
+        health=lambda state: f"https://127.0.0.1:{health_port(state, 'metrics-server')}/livez",
+        health_tls=_unverified_tls,
+        needs=("apiserver",),
+        listens=_own_port("metrics-server"),
+        health_port=True,
+        after_ready=_register_metrics_server,
     ),
     ProcessSpec(
         name="hollow-nodes",
