@@ -43,7 +43,6 @@ class Descriptor:
 KNOWN_UNIMPLEMENTED = (
     "route", "service",
     "cloud-node-lifecycle", "attachdetach", "persistentvolume-expander",
-    "horizontalpodautoscaling",
     "ephemeral-volume", "serviceaccount-token",
     "storage-version-gc", "resourceclaim", "legacy-serviceaccount-token-cleaner", "validatingadmissionpolicy-status",
     "service-cidr-controller", "storageversion-migrator",
