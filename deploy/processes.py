@@ -230,6 +230,7 @@ def _metrics_server_argv(state: State) -> list[str]:
     return [*_python("metrics_server"), f"--kubeconfig={state.kubeconfig}", "--bind-address=127.0.0.1",
             f"--secure-port={health_port(state, 'metrics-server')}", f"--cert-dir={nodes.metrics_server_dir(state)}",
             "--kubelet-insecure-tls", "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+            "--metric-resolution=10s",
             "--log-format=console"]
 
 

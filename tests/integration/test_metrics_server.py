@@ -40,6 +40,43 @@ def _spawn(root: Path, name: str, *argv: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, *argv], cwd=REPO, stdout=log, stderr=log)
 
 
+def kubeconfig_for(root: Path, url: str) -> Path:
+    path = root / "kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "t",
+        "clusters": [{"name": "t", "cluster": {"server": url}}], "users": [{"name": "t", "user": {}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]}))
+    return path
+
+
+def start_metrics_server(root: Path, url: str, kubeconfig: Path, resolution: str = "1s") -> tuple[Any, int]:
+    """The metrics server process, registered behind its APIService once it has a certificate, Available."""
+    port = free_port()
+    proc = _spawn(root, "metrics-server", "-m", "metrics_server", "--kubeconfig", str(kubeconfig), "--bind-address",
+                  "127.0.0.1", "--secure-port", str(port), "--cert-dir", str(root / "metrics-certs"),
+                  "--metric-resolution", resolution, "--kubelet-insecure-tls",
+                  "--kubelet-preferred-address-types=InternalIP", "--log-format", "console")
+    cert = root / "metrics-certs" / "apiserver.crt"
+    _wait(cert.exists, what="metrics server certificate")
+    ca = x509.load_pem_x509_certificates(cert.read_bytes())[-1]
+    with httpx.Client(base_url=url) as c:
+        assert c.post("/api/v1/namespaces/kube-system/services", json={
+            "metadata": {"name": "metrics-server"},
+            "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]}}).status_code == 201
+        assert c.post("/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices", json={
+            "metadata": {"name": "metrics-server-1", "labels": {"kubernetes.io/service-name": "metrics-server"}},
+            "addressType": "IPv4", "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}).status_code == 201
+        r = c.post("/apis/apiregistration.k8s.io/v1/apiservices", json={
+            "metadata": {"name": APISERVICE},
+            "spec": {"group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,
+                     "versionPriority": 100, "caBundle": base64.b64encode(ca.public_bytes(Encoding.PEM)).decode(),
+                     "service": {"namespace": "kube-system", "name": "metrics-server"}}})
+        assert r.status_code == 201, r.text
+    _wait(lambda: (_condition(url, APISERVICE) or {}).get("status") == "True", what="metrics Available")
+    return proc, port
+
+
 @pytest.fixture(scope="module")
 def metrics(etcd_server: str, workdir: Path) -> Iterator[Metrics]:
     root = workdir / f"metrics-{uuid.uuid4().hex[:6]}"
@@ -47,42 +84,15 @@ def metrics(etcd_server: str, workdir: Path) -> Iterator[Metrics]:
     apiserver = start_apiserver([etcd_server], root, "--etcd-prefix", f"/metrics-{uuid.uuid4().hex[:8]}",
                                 *front_proxy_flags(root))
     url = apiserver.url
-    kubeconfig = root / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": url}}], "users": [{"name": "t", "user": {}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]}))
-    kubelet_port, metrics_port = free_port(), free_port()
-    procs = [
-        _spawn(root, "kubelet", "-m", "kubelet_agent", "--kubeconfig", str(kubeconfig), "--hollow",
-               "--hostname-override", NODE, "--node-ip", "127.0.0.1", "--address", "127.0.0.1", "--port",
-               str(kubelet_port), "--healthz-port", "0", "--anonymous-auth=true", "--authorization-mode",
-               "AlwaysAllow", "--log-format", "console"),
-        _spawn(root, "metrics-server", "-m", "metrics_server", "--kubeconfig", str(kubeconfig), "--bind-address",
-               "127.0.0.1", "--secure-port", str(metrics_port), "--cert-dir", str(root / "metrics-certs"),
-               "--metric-resolution", "1s", "--kubelet-insecure-tls",
-               "--kubelet-preferred-address-types=InternalIP", "--log-format", "console"),
-    ]
+    kubeconfig = kubeconfig_for(root, url)
+    procs = [_spawn(root, "kubelet", "-m", "kubelet_agent", "--kubeconfig", str(kubeconfig), "--hollow",
+                    "--hostname-override", NODE, "--node-ip", "127.0.0.1", "--address", "127.0.0.1", "--port",
+                    str(free_port()), "--healthz-port", "0", "--anonymous-auth=true", "--authorization-mode",
+                    "AlwaysAllow", "--log-format", "console")]
     try:
-        cert = root / "metrics-certs" / "apiserver.crt"
-        _wait(cert.exists, what="metrics server certificate")
-        ca = x509.load_pem_x509_certificates(cert.read_bytes())[-1]
-        with httpx.Client(base_url=url) as c:
-            assert c.post("/api/v1/namespaces/kube-system/services", json={
-                "metadata": {"name": "metrics-server"},
-                "spec": {"ports": [{"name": "https", "port": 443, "targetPort": metrics_port}]}}).status_code == 201
-            assert c.post("/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices", json={
-                "metadata": {"name": "metrics-server-1", "labels": {"kubernetes.io/service-name": "metrics-server"}},
-                "addressType": "IPv4", "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}],
-                "ports": [{"name": "https", "port": metrics_port, "protocol": "TCP"}]}).status_code == 201
-            r = c.post("/apis/apiregistration.k8s.io/v1/apiservices", json={
-                "metadata": {"name": APISERVICE},
-                "spec": {"group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,
-                         "versionPriority": 100, "caBundle": base64.b64encode(ca.public_bytes(Encoding.PEM)).decode(),
-                         "service": {"namespace": "kube-system", "name": "metrics-server"}}})
-            assert r.status_code == 201, r.text
-        _wait(lambda: (_condition(url, APISERVICE) or {}).get("status") == "True", what="metrics Available")
-        yield Metrics(url, Kubectl(kubeconfig), metrics_port)
+        proc, port = start_metrics_server(root, url, kubeconfig)
+        procs.append(proc)
+        yield Metrics(url, Kubectl(kubeconfig), port)
     finally:
         for proc in procs:
             proc.terminate()
