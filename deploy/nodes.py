@@ -576,6 +576,16 @@ async def ensure_metrics_server(state: State, http: httpx.AsyncClient, port: int
                            "service": {"namespace": namespace, "name": name, "port": 443}}}
     await _put_or_create(http, f"{state.server}/apis/apiregistration.k8s.io/v1/apiservices", METRICS_APISERVICE,
                          apiservice, "spec")
+    # What metrics-server's manifest ships: reading metrics, aggregated into view, edit and admin.
+    reader = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+              "metadata": {"name": "system:aggregated-metrics-reader", "labels": {
+                  "rbac.authorization.k8s.io/aggregate-to-view": "true",
+                  "rbac.authorization.k8s.io/aggregate-to-edit": "true",
+                  "rbac.authorization.k8s.io/aggregate-to-admin": "true"}},
+              "rules": [{"apiGroups": ["metrics.k8s.io"], "resources": ["pods", "nodes"],
+                         "verbs": ["get", "list", "watch"]}]}
+    await _put_or_create(http, f"{state.server}/apis/rbac.authorization.k8s.io/v1/clusterroles",
+                         "system:aggregated-metrics-reader", reader, "rules")
 
 
 async def ensure_default_storage_class(state: State, http: httpx.AsyncClient) -> None:
