@@ -30,6 +30,8 @@ class Storage:
         self._nodes: dict[str, tuple[Point | None, Point]] = {}
         #: node -> (namespace, pod) -> container -> (previous, last)
         self._pods: dict[str, dict[tuple[str, str], dict[str, tuple[Point | None, Point]]]] = {}
+        #: (namespace, pod) -> the node that last reported it
+        self._where: dict[tuple[str, str], str] = {}
 
     def store(self, node: str, sample: NodeSample) -> None:
         if sample.node is not None:
@@ -46,6 +48,10 @@ class Storage:
                 prev = old_pair[1] if old_pair is not None and old_pair[1].at_ms < point.at_ms else (
                     old_pair[0] if old_pair else None)
                 pods[key][name] = (prev, point)
+            self._where[key] = node
+        for key in set(known) - set(pods):
+            if self._where.get(key) == node:
+                del self._where[key]
         self._pods[node] = pods
 
     def forget(self, nodes: set[str]) -> None:
@@ -53,7 +59,9 @@ class Storage:
         for name in set(self._nodes) - nodes:
             del self._nodes[name]
         for name in set(self._pods) - nodes:
-            del self._pods[name]
+            for key in self._pods.pop(name):
+                if self._where.get(key) == name:
+                    del self._where[key]
 
     def node(self, name: str) -> Usage | None:
         pair = self._nodes.get(name)
@@ -61,15 +69,14 @@ class Storage:
 
     def pod(self, namespace: str, name: str) -> dict[str, Usage] | None:
         """Each container's usage, or None unless every container of the pod has one."""
-        for pods in self._pods.values():
-            containers = pods.get((namespace, name))
-            if containers is None:
-                continue
-            out = {}
-            for container, pair in containers.items():
-                usage = _usage(*pair)
-                if usage is None:
-                    return None
-                out[container] = usage
-            return out or None
-        return None
+        node = self._where.get((namespace, name))
+        containers = self._pods.get(node, {}).get((namespace, name)) if node is not None else None
+        if containers is None:
+            return None
+        out = {}
+        for container, pair in containers.items():
+            usage = _usage(*pair)
+            if usage is None:
+                return None
+            out[container] = usage
+        return out or None

@@ -8,6 +8,7 @@ client sent are dropped, as are its credentials. Bodies stream both ways, so wat
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import urllib.parse
 from typing import Any
@@ -89,13 +90,29 @@ async def forward(scope: Scope, receive: Any, send: Any, apiservice: dict[str, A
         await send_status(send, errors.StatusError(503, "ServiceUnavailable", f"error trying to reach service: "
                                                                               f"{reason}"))
         return
+    relay = asyncio.ensure_future(_relay(response, send, method))
+    # A client that goes away (a watch it stops) must not leave the extension apiserver's stream open.
+    gone = asyncio.ensure_future(_disconnected(receive))
     try:
-        out = [(k.lower(), v) for k, v in response.headers.raw if k.decode("latin-1").lower() not in _HOP_BY_HOP]
-        await send({"type": "http.response.start", "status": response.status_code, "headers": out})
-        if method != "HEAD":
-            with contextlib.suppress(httpx.HTTPError):
-                async for chunk in response.aiter_raw():
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
+        await asyncio.wait({relay, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        for task in (relay, gone):
+            task.cancel()
+        await asyncio.gather(relay, gone, return_exceptions=True)
         await response.aclose()
+
+
+async def _relay(response: httpx.Response, send: Any, method: str) -> None:
+    out = [(k.lower(), v) for k, v in response.headers.raw if k.decode("latin-1").lower() not in _HOP_BY_HOP]
+    await send({"type": "http.response.start", "status": response.status_code, "headers": out})
+    if method != "HEAD":
+        with contextlib.suppress(httpx.HTTPError):
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _disconnected(receive: Any) -> None:
+    """Returns once the client has disconnected (the request body was already read by then)."""
+    while (await receive())["type"] != "http.disconnect":
+        continue

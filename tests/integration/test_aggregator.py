@@ -151,9 +151,17 @@ def test_watch_streams_through_the_proxy(aggregated: Aggregated) -> None:
             seen.append(json.loads(line))
             if len(seen) == 3:
                 break
-    # Events arrive as the extension apiserver sends them (one per 0.5 s), not when the stream ends.
-    assert [e["type"] for e in seen] == ["ADDED", "MODIFIED", "MODIFIED"]
-    assert time.monotonic() - started < 8
+        # Events arrive as the extension apiserver sends them (one per 0.5 s), not when the stream ends.
+        assert [e["type"] for e in seen] == ["ADDED", "MODIFIED", "MODIFIED"]
+        assert time.monotonic() - started < 8
+        assert _open_watches(aggregated) == 1
+    # The client left: the proxy closes its stream to the extension apiserver too.
+    _wait(lambda: _open_watches(aggregated) == 0, 10, "the upstream watch to close")
+
+
+def _open_watches(aggregated: Aggregated) -> int:
+    r = httpx.get(f"{aggregated.url}/apis/wardle.pyk8s.io/v1alpha1/namespaces/wardle/flunders/count")
+    return int(r.json()["metadata"]["annotations"]["wardle/open-watches"])
 
 
 def test_available_condition_and_printer_columns(aggregated: Aggregated) -> None:

@@ -45,12 +45,17 @@ OPENAPI = {"openapi": "3.0.0", "info": {"title": "wardle", "version": VERSION}, 
         "x-kubernetes-group-version-kind": [_GVK]}}}}
 
 
+#: Watches being served right now; every flunder reports the count, so a test sees one end.
+OPEN_WATCHES = [0]
+
+
 def flunder(namespace: str, name: str, user: Any, rv: int = 1) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Flunder",
             "metadata": {"name": name, "namespace": namespace, "resourceVersion": str(rv),
                          "creationTimestamp": "2026-01-01T00:00:00Z",
                          "annotations": {"wardle/user": user.name, "wardle/groups": ",".join(user.groups),
-                                         "wardle/extra": orjson.dumps(user.extra).decode()}}}
+                                         "wardle/extra": orjson.dumps(user.extra).decode(),
+                                         "wardle/open-watches": str(OPEN_WATCHES[0])}}}
 
 
 async def respond(writer: asyncio.StreamWriter, status: int, body: Any) -> None:
@@ -112,13 +117,17 @@ async def watch(writer: asyncio.StreamWriter, items: list[dict[str, Any]], tick:
         writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         await writer.drain()
 
-    for obj in items:
-        await event("ADDED", obj)
-    rv = 1
-    while True:
-        await asyncio.sleep(tick)
-        rv += 1
-        await event("MODIFIED", {**items[0], "metadata": {**items[0]["metadata"], "resourceVersion": str(rv)}})
+    OPEN_WATCHES[0] += 1
+    try:
+        for obj in items:
+            await event("ADDED", obj)
+        rv = 1
+        while True:
+            await asyncio.sleep(tick)
+            rv += 1
+            await event("MODIFIED", {**items[0], "metadata": {**items[0]["metadata"], "resourceVersion": str(rv)}})
+    finally:
+        OPEN_WATCHES[0] -= 1
 
 
 async def main() -> None:
