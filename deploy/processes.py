@@ -223,7 +223,10 @@ def _hollow_argv(state: State) -> list[str]:
     return [*_python("kubelet_agent"), f"--kubeconfig={state.kubeconfig}",
             f"--hollow-nodes={state.settings.hollow_nodes}", f"--hostname-override={HOLLOW_PREFIX}",
             f"--root-dir={state.root / 'hollow'}", f"--healthz-port={health_port(state, 'hollow-nodes')}",
-            "--healthz-bind-address=127.0.0.1"]
+            "--healthz-bind-address=127.0.0.1",
+            # Each node's kubelet API on loopback (the metrics server scrapes it), guarded as a real node's.
+            "--address=127.0.0.1", f"--client-ca-file={state.pki.ca[0]}", "--anonymous-auth=false",
+            "--authentication-token-webhook=true", "--authorization-mode=Webhook"]
 
 
 def _metrics_server_argv(state: State) -> list[str]:
