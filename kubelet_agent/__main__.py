@@ -98,7 +98,8 @@ async def main(argv: list[str]) -> None:
         # An explicit --address serves each hollow node's kubelet API there (each on a port of its own).
         runner = HollowNodes(client, s.hostname, s.hollow_nodes, options(s), labels=s.labels, taints=s.taints,
                              max_pods=s.max_pods, stages=s.hollow_stages, api_address=args.address,
-                             api_auth=lambda node: api_auth(s, client, node), cert_dir=s.cert_dir)
+                             api_auth=lambda node: api_auth(s, client, node), cert_dir=s.cert_dir,
+                             client_ca_file=s.client_ca_file or None)
     else:
         if s.hollow:
             runtime = HollowRuntime(stages=s.hollow_stages)

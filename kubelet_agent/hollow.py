@@ -33,11 +33,12 @@ class HollowNodes:
                  labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None,
                  max_pods: int = 110, start_concurrency: int = 50, stages: list[Stage] | None = None,
                  api_address: str | None = None, api_auth: Callable[[str], KubeletAuth] | None = None,
-                 cert_dir: str | None = None) -> None:
+                 cert_dir: str | None = None, client_ca_file: str | None = None) -> None:
         self.client = client
         self.api_address = api_address
         self.api_auth = api_auth
         self.cert_dir = cert_dir
+        self.client_ca_file = client_ca_file
         self.apis: list[KubeletServer] = []
         self.status = StatusManager(client, concurrency=32)
         self.kubelets: dict[str, Kubelet] = {}
@@ -70,6 +71,7 @@ class HollowNodes:
         """One kubelet API per node on the API address, started one by one (they share a serving cert)."""
         for name, kubelet in self.kubelets.items():
             api = KubeletServer(kubelet, address=self.api_address or "127.0.0.1", port=0, cert_dir=self.cert_dir,
+                                client_ca_file=self.client_ca_file,
                                 auth=self.api_auth(name) if self.api_auth else None)
             await api.start()
             kubelet.node_config.kubelet_port = api.port

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from services.runtime import pki
 from tests.conftest import start_apiserver
 from tests.integration.extension.frontproxy import front_proxy_flags
 from tests.integration.test_aggregator import _wait
@@ -46,6 +47,12 @@ def test_a_hundred_hpas_scale_their_deployments_at_once(etcd_server: str, workdi
                                 *front_proxy_flags(root))
     url = apiserver.url
     kubeconfig = kubeconfig_for(root, url)
+    # The kubelet APIs admit only certificates of their client CA, and ask the apiserver what each may do.
+    client_ca = pki.create_ca("kubelet-client-ca")
+    client_ca.write(root / "client-ca.crt", root / "client-ca.key")
+    pki.issue_client_cert(client_ca, "metrics-server").write(root / "metrics.crt", root / "metrics.key")
+    metrics_kubeconfig = kubeconfig_for(root, url, {"client-certificate": str(root / "metrics.crt"),
+                                                    "client-key": str(root / "metrics.key")}, "metrics-kubeconfig")
     procs = [
         _spawn(root, "scheduler", "-m", "scheduler", "--master", url, "--secure-port", "0", "--leader-elect=false",
                "--log-format", "console"),
@@ -53,13 +60,14 @@ def test_a_hundred_hpas_scale_their_deployments_at_once(etcd_server: str, workdi
                "--leader-elect=false", "--controllers=deployment,replicaset,horizontalpodautoscaling",
                "--horizontal-pod-autoscaler-sync-period=3s", "--log-format", "console"),
         _spawn(root, "kubelet", "-m", "kubelet_agent", "--kubeconfig", str(kubeconfig), "--hollow-nodes", str(NODES),
-               "--hostname-override", "hpa", "--address", "127.0.0.1", "--anonymous-auth=true",
-               "--authorization-mode", "AlwaysAllow", "--max-pods", "110", "--healthz-port", "0",
+               "--hostname-override", "hpa", "--address", "127.0.0.1", "--anonymous-auth=false",
+               f"--client-ca-file={root / 'client-ca.crt'}", "--authorization-mode", "Webhook",
+               "--max-pods", "110", "--healthz-port", "0",
                "--root-dir", str(root / "kubelet"), "--log-format", "console"),
     ]
     ns = "scale"
     try:
-        proc, _ = start_metrics_server(root, url, kubeconfig, resolution="2s")
+        proc, _ = start_metrics_server(root, url, metrics_kubeconfig, resolution="2s")
         procs.append(proc)
         with httpx.Client(base_url=url, timeout=30) as c:
             nodes = _wait(lambda: len(c.get("/api/v1/nodes").json()["items"]) == NODES, 60, "hollow nodes")

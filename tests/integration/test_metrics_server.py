@@ -40,17 +40,17 @@ def _spawn(root: Path, name: str, *argv: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, *argv], cwd=REPO, stdout=log, stderr=log)
 
 
-def kubeconfig_for(root: Path, url: str) -> Path:
-    path = root / "kubeconfig"
+def kubeconfig_for(root: Path, url: str, user: dict[str, str] | None = None, name: str = "kubeconfig") -> Path:
+    path = root / name
     path.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": url}}], "users": [{"name": "t", "user": {}}],
+        "clusters": [{"name": "t", "cluster": {"server": url}}], "users": [{"name": "t", "user": user or {}}],
         "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]}))
     return path
 
 
 def start_metrics_server(root: Path, url: str, kubeconfig: Path, resolution: str = "1s") -> tuple[Any, int]:
-    """The metrics server process, registered behind its APIService once it has a certificate, Available."""
+    """`kubeconfig` is also what it shows kubelets (a client certificate in it, when it has one)."""
     port = free_port()
     proc = _spawn(root, "metrics-server", "-m", "metrics_server", "--kubeconfig", str(kubeconfig), "--bind-address",
                   "127.0.0.1", "--secure-port", str(port), "--cert-dir", str(root / "metrics-certs"),
