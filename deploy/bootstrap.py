@@ -114,6 +114,9 @@ def ensure_pki(pki_dir: PkiDir, hosts: Sequence[str]) -> None:
     ca = pki.load_or_create_ca(*pki_dir.ca)
     public, private = pki_dir.service_account
     pki.load_or_create_service_account_key(private, public)
+    front_proxy = pki.load_or_create_ca(*pki_dir.front_proxy_ca, common_name="front-proxy-ca")
+    if not _signed_by(pki_dir.front_proxy_client, front_proxy):
+        pki.issue_client_cert(front_proxy, FRONT_PROXY_CLIENT).write(*pki_dir.front_proxy_client)
     try:
         serving = pki.CertKey.load(*pki_dir.apiserver)
         serving.cert.verify_directly_issued_by(ca.cert)
@@ -127,9 +130,6 @@ def ensure_pki(pki_dir: PkiDir, hosts: Sequence[str]) -> None:
             pki.CertKey.load(*pki_dir.client(identity)).cert.verify_directly_issued_by(ca.cert)
         except (OSError, ValueError, TypeError):
             pki.issue_client_cert(ca, identity.user, identity.groups).write(*pki_dir.client(identity))
-    front_proxy = pki.load_or_create_ca(*pki_dir.front_proxy_ca, common_name="front-proxy-ca")
-    if not _signed_by(pki_dir.front_proxy_client, front_proxy):
-        pki.issue_client_cert(front_proxy, FRONT_PROXY_CLIENT).write(*pki_dir.front_proxy_client)
 
 
 def _signed_by(pair: tuple[Path, Path], ca: pki.CertKey, hosts: Sequence[str] = ()) -> bool:
