@@ -16,6 +16,7 @@ import uvicorn
 
 from apiserver.admission.chain import UnknownPlugin, check_flags
 from apiserver.admission.config import AdmissionConfigError
+from apiserver.aggregator.authconfig import RequestHeaderOptions
 from apiserver.audit import options as audit_options
 from apiserver.auth.authn import load_token_file
 from apiserver.auth.authz import MODES as AUTHORIZATION_MODES
@@ -202,6 +203,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="what `kubectl get componentstatuses` probes for the scheduler (pyk8s; upstream's is fixed)")
     p.add_argument("--controller-manager-health-url", default=DEFAULT_CONTROLLER_MANAGER_URL,
                    help="what `kubectl get componentstatuses` probes for the controller-manager (pyk8s)")
+    p.add_argument("--requestheader-client-ca-file", default="",
+                   help="CA of the front proxy's client certificate, which extension apiservers trust to name "
+                        "the user in request headers")
+    p.add_argument("--requestheader-allowed-names", type=name_list, default=[],
+                   help="common names the front proxy's certificate may carry (empty: any)")
+    p.add_argument("--requestheader-username-headers", type=name_list, default=["X-Remote-User"])
+    p.add_argument("--requestheader-group-headers", type=name_list, default=["X-Remote-Group"])
+    p.add_argument("--requestheader-extra-headers-prefix", type=name_list, default=["X-Remote-Extra-"])
+    p.add_argument("--proxy-client-cert-file", default="",
+                   help="client certificate this apiserver presents to extension apiservers it proxies to")
+    p.add_argument("--proxy-client-key-file", default="", help="private key of --proxy-client-cert-file")
     p.add_argument("--v", type=int, default=0, help="log verbosity")
     p.add_argument("--log-format", choices=("console", "json"), default="console")
     serving_options.add_flags(p)
@@ -276,6 +288,13 @@ async def serve(args: argparse.Namespace) -> None:
         admission_control_config_file=args.admission_control_config_file,
         scheduler_health_url=args.scheduler_health_url,
         controller_manager_health_url=args.controller_manager_health_url,
+        client_ca_file=args.client_ca_file,
+        requestheader=RequestHeaderOptions(
+            client_ca_file=args.requestheader_client_ca_file, allowed_names=args.requestheader_allowed_names,
+            username_headers=args.requestheader_username_headers, group_headers=args.requestheader_group_headers,
+            extra_headers_prefix=args.requestheader_extra_headers_prefix),
+        proxy_client_cert_file=args.proxy_client_cert_file,
+        proxy_client_key_file=args.proxy_client_key_file,
     )
     try:
         server = APIServer(options)

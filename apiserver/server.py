@@ -14,6 +14,10 @@ import structlog
 from apiserver.admission import chain
 from apiserver.admission import config as admission_config
 from apiserver.admission.interfaces import PluginConfig
+from apiserver.aggregator.authconfig import RequestHeaderOptions, ensure_authentication_configmap
+from apiserver.aggregator.autoregister import local_apiservices
+from apiserver.aggregator.handler import Aggregator
+from apiserver.aggregator.transport import ProxyClientConfig
 from apiserver.auth.bootstrap_policy import Stores, ensure_bootstrap_policy
 from apiserver.auth.tokens import DEFAULT_ISSUER, TokenIssuer
 from apiserver.controlplane.endpoints_adapter import EndpointsAdapter
@@ -86,6 +90,13 @@ class Options:
     #: Where ComponentStatus probes the scheduler and the controller-manager (upstream: fixed local ports).
     scheduler_health_url: str = DEFAULT_SCHEDULER_URL
     controller_manager_health_url: str = DEFAULT_CONTROLLER_MANAGER_URL
+    #: --client-ca-file, published for extension apiservers in kube-system/extension-apiserver-authentication.
+    client_ca_file: str = ""
+    #: The --requestheader-* flags: how extension apiservers trust the front proxy (this apiserver).
+    requestheader: RequestHeaderOptions = field(default_factory=RequestHeaderOptions)
+    #: --proxy-client-cert-file / --proxy-client-key-file: what this apiserver shows extension apiservers.
+    proxy_client_cert_file: str = ""
+    proxy_client_key_file: str = ""
 
 
 class APIServer:
@@ -124,6 +135,11 @@ class APIServer:
         for res in self.catalog:
             self.stores[(res.group, res.version, res.plural)] = RESTStore(res, strategy_for(res), self.ctx)
         self.kubernetes_service = self._kubernetes_service_controller()
+        self.aggregator = Aggregator(
+            self.catalog, self.store("apiregistration.k8s.io", "v1", "apiservices"),
+            lambda namespace, name: self.store("", "v1", "services").get(namespace, name),
+            self.store("discovery.k8s.io", "v1", "endpointslices").cache,
+            ProxyClientConfig(options.proxy_client_cert_file, options.proxy_client_key_file))
         self.on_catalog_change: Callable[[], None] = lambda: None
         self.custom_resources = CustomResourceServer(self.catalog, self.stores, self.ctx,
                                                      lambda: self.on_catalog_change())
@@ -158,6 +174,7 @@ class APIServer:
         self.ready = True
         await self._bootstrap()
         await self.kubernetes_service.start()
+        self.aggregator.start()
         self.bootstrapped = True
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._compact_loop()))
@@ -169,6 +186,7 @@ class APIServer:
         for task in self._tasks:
             task.cancel()
         await self.kubernetes_service.stop()
+        await self.aggregator.stop()
         await self.custom_resources.stop()
         await self.cache.stop()
         await self.etcd.close()
@@ -204,6 +222,10 @@ class APIServer:
                 "preemptionPolicy": "PreemptLowerPriority",
             })
         await ensure_bootstrap_configuration(*self._flowcontrol_stores())
+        for apiservice in local_apiservices(self.catalog):
+            await self._ensure(self.store("apiregistration.k8s.io", "v1", "apiservices"), None, apiservice)
+        await ensure_authentication_configmap(self.store("", "v1", "configmaps"), self.options.client_ca_file,
+                                              self.options.requestheader)
         await ensure_bootstrap_policy(Stores(
             roles=self.store("rbac.authorization.k8s.io", "v1", "roles"),
             cluster_roles=self.store("rbac.authorization.k8s.io", "v1", "clusterroles"),

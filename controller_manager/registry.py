@@ -43,7 +43,6 @@ class Descriptor:
 KNOWN_UNIMPLEMENTED = (
     "route", "service",
     "cloud-node-lifecycle", "attachdetach", "persistentvolume-expander",
-    "horizontalpodautoscaling",
     "ephemeral-volume", "serviceaccount-token",
     "storage-version-gc", "resourceclaim", "legacy-serviceaccount-token-cleaner", "validatingadmissionpolicy-status",
     "service-cidr-controller", "storageversion-migrator",
@@ -68,6 +67,7 @@ SERVICE_ACCOUNTS: dict[str, str] = {
     "endpointslice": "endpointslice-controller",
     "endpointslicemirroring": "endpointslicemirroring-controller",
     "garbagecollector": "generic-garbage-collector",
+    "horizontalpodautoscaling": "horizontal-pod-autoscaler",
     "job": "job-controller",
     "namespace": "namespace-controller",
     "nodeipam": "node-controller",

@@ -3,7 +3,8 @@ system:masters: cluster DNS runs as kubeadm's `kube-system/coredns` service acco
 `system:coredns` role, and the hostpath provisioner (a controller of ours, so upstream's bootstrap
 policy has no role for it) as `kube-system/pyk8s-hostpath-provisioner` with the rights
 local-path-provisioner's role grants, the service load-balancer as `kube-system/pyk8s-service-lb` with
-k3s's ServiceLB's, and the network-policy agents as `kube-system/pyk8s-network-policy`, read-only.
+k3s's ServiceLB's, the network-policy agents as `kube-system/pyk8s-network-policy`, read-only, and the
+metrics server as `kube-system/metrics-server` with its manifest's rights.
 
 DNS is a host process, not a pod, so nothing projects a token for it: `up` asks the TokenRequest
 API for one and writes it next to the kubeconfig that names it (`tokenFile`, reread as it changes);
@@ -36,6 +37,9 @@ SERVICE_LB_ROLE = "pyk8s:service-lb"
 NETWORK_POLICY_ACCOUNT = "pyk8s-network-policy"
 NETWORK_POLICY_ROLE = "pyk8s:network-policy"
 NETWORK_POLICY_KUBECONFIG = "network-policy"
+METRICS_ACCOUNT = "metrics-server"
+METRICS_ROLE = "system:metrics-server"
+METRICS_KUBECONFIG = "metrics-server"
 
 
 def _rule(verbs: tuple[str, ...], group: str, *resources: str) -> dict[str, Any]:
@@ -66,6 +70,16 @@ SERVICE_LB_RULES = [
 NETWORK_POLICY_RULES = [
     _rule(("list", "watch"), "", "pods", "namespaces"),
     _rule(("list", "watch"), "networking.k8s.io", "networkpolicies"),
+]
+
+#: metrics-server's manifest: its system:metrics-server role, plus what its system:auth-delegator and
+#: extension-apiserver-authentication-reader bindings give it (delegated authn/authz, the front-proxy CA)
+METRICS_RULES = [
+    _rule(("get",), "", "nodes/metrics"),
+    _rule(("get", "list", "watch"), "", "pods", "nodes"),
+    _rule(("create",), "authentication.k8s.io", "tokenreviews"),
+    _rule(("create",), "authorization.k8s.io", "subjectaccessreviews"),
+    {**_rule(("get", "list", "watch"), "", "configmaps"), "resourceNames": ["extension-apiserver-authentication"]},
 ]
 
 
@@ -141,6 +155,12 @@ async def prepare_network_policy(state: State, http: httpx.AsyncClient) -> None:
     """The network-policy agents' account (one for all nodes: they only read), token and kubeconfig."""
     await _bound_account(state, http, NETWORK_POLICY_ACCOUNT, NETWORK_POLICY_ROLE, NETWORK_POLICY_RULES)
     await _token_kubeconfig(state, http, NETWORK_POLICY_ACCOUNT, NETWORK_POLICY_KUBECONFIG)
+
+
+async def prepare_metrics_server(state: State, http: httpx.AsyncClient) -> None:
+    """The metrics server's account, token and kubeconfig; it scrapes kubelets with the same token."""
+    await _bound_account(state, http, METRICS_ACCOUNT, METRICS_ROLE, METRICS_RULES)
+    await _token_kubeconfig(state, http, METRICS_ACCOUNT, METRICS_KUBECONFIG)
 
 
 async def prepare_controller_manager(state: State, http: httpx.AsyncClient) -> None:

@@ -35,6 +35,8 @@ SCHEDULER = ClientIdentity("scheduler", "system:kube-scheduler")
 CONTROLLER_MANAGER = ClientIdentity("controller-manager", "system:kube-controller-manager")
 PROXY = ClientIdentity("kube-proxy", "system:kube-proxy")
 CLIENTS = (ADMIN, KUBELET_CLIENT, SCHEDULER, CONTROLLER_MANAGER, PROXY)
+#: The name the aggregator's client certificate carries; extension apiservers allow only it (kubeadm's).
+FRONT_PROXY_CLIENT = "front-proxy-client"
 
 
 def node_client(node: str) -> ClientIdentity:
@@ -86,6 +88,16 @@ class PkiDir:
         return self.root / "etcd" / f"{name}.crt", self.root / "etcd" / f"{name}.key"
 
     @property
+    def front_proxy_ca(self) -> tuple[Path, Path]:
+        """The CA extension apiservers trust to name users in request headers (kubeadm's front-proxy-ca)."""
+        return self.root / "front-proxy-ca.crt", self.root / "front-proxy-ca.key"
+
+    @property
+    def front_proxy_client(self) -> tuple[Path, Path]:
+        """What the apiserver presents when it proxies to an extension apiserver."""
+        return self.root / "front-proxy-client.crt", self.root / "front-proxy-client.key"
+
+    @property
     def apiserver_etcd_client(self) -> tuple[Path, Path]:
         return self.root / "apiserver-etcd-client.crt", self.root / "apiserver-etcd-client.key"
 
@@ -108,6 +120,9 @@ def ensure_pki(pki_dir: PkiDir, hosts: Sequence[str]) -> None:
     ca = pki.load_or_create_ca(*pki_dir.ca)
     public, private = pki_dir.service_account
     pki.load_or_create_service_account_key(private, public)
+    front_proxy = pki.load_or_create_ca(*pki_dir.front_proxy_ca, common_name="front-proxy-ca")
+    if not _signed_by(pki_dir.front_proxy_client, front_proxy):
+        pki.issue_client_cert(front_proxy, FRONT_PROXY_CLIENT).write(*pki_dir.front_proxy_client)
     try:
         serving = pki.CertKey.load(*pki_dir.apiserver)
         serving.cert.verify_directly_issued_by(ca.cert)

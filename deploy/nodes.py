@@ -8,6 +8,7 @@ created and deleted by its exact name.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import ipaddress
@@ -535,6 +536,58 @@ async def ensure_kube_dns(state: State, http: httpx.AsyncClient) -> None:
     }
     slices = f"{state.server}/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
     await _put_or_create(http, slices, DNS_SLICE, slice_body, "endpoints", "ports")
+
+
+METRICS_SERVICE = ("kube-system", "metrics-server")
+METRICS_APISERVICE = "v1beta1.metrics.k8s.io"
+
+
+def metrics_server_dir(state: State) -> Path:
+    """Where the metrics server keeps its self-signed serving certificate."""
+    return state.root / "metrics-server"
+
+
+async def ensure_metrics_server(state: State, http: httpx.AsyncClient, port: int) -> None:
+    """`kube-system/metrics-server` with a slice at the host process on loopback, and the APIService that
+    sends metrics.k8s.io to it, its caBundle the CA of the metrics server's own certificate (k3s registers
+    its bundled metrics-server the same way, but with insecureSkipTLSVerify)."""
+    namespace, name = METRICS_SERVICE
+    base = f"{state.server}/api/v1/namespaces/{namespace}/services"
+    service = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": name, "namespace": namespace, "labels": {"k8s-app": "metrics-server"}},
+               "spec": {"type": "ClusterIP", "ports": [{"name": "https", "port": 443, "protocol": "TCP",
+                                                        "targetPort": port}]}}
+    await _put_or_create(http, base, name, service, "spec")
+    slice_name = f"{name}-pyk8s"
+    slice_body = {
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": slice_name, "namespace": namespace,
+                     "labels": {"kubernetes.io/service-name": name,
+                                "endpointslice.kubernetes.io/managed-by": MANAGED_BY}},
+        "addressType": "IPv4", "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}],
+        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+    }
+    slices = f"{state.server}/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
+    await _put_or_create(http, slices, slice_name, slice_body, "endpoints", "ports")
+    chain = (metrics_server_dir(state) / "apiserver.crt").read_bytes()
+    ca = chain[chain.index(b"-----END CERTIFICATE-----") + len(b"-----END CERTIFICATE-----"):].strip() + b"\n"
+    apiservice = {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+                  "metadata": {"name": METRICS_APISERVICE, "labels": {"k8s-app": "metrics-server"}},
+                  "spec": {"group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,
+                           "versionPriority": 100, "caBundle": base64.b64encode(ca).decode(),
+                           "service": {"namespace": namespace, "name": name, "port": 443}}}
+    await _put_or_create(http, f"{state.server}/apis/apiregistration.k8s.io/v1/apiservices", METRICS_APISERVICE,
+                         apiservice, "spec")
+    # What metrics-server's manifest ships: reading metrics, aggregated into view, edit and admin.
+    reader = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+              "metadata": {"name": "system:aggregated-metrics-reader", "labels": {
+                  "rbac.authorization.k8s.io/aggregate-to-view": "true",
+                  "rbac.authorization.k8s.io/aggregate-to-edit": "true",
+                  "rbac.authorization.k8s.io/aggregate-to-admin": "true"}},
+              "rules": [{"apiGroups": ["metrics.k8s.io"], "resources": ["pods", "nodes"],
+                         "verbs": ["get", "list", "watch"]}]}
+    await _put_or_create(http, f"{state.server}/apis/rbac.authorization.k8s.io/v1/clusterroles",
+                         "system:aggregated-metrics-reader", reader, "rules")
 
 
 async def ensure_default_storage_class(state: State, http: httpx.AsyncClient) -> None:

@@ -20,6 +20,7 @@ from deploy import addon_accounts, nodes
 from deploy.bootstrap import (
     CLUSTER_CIDR,
     CONTROLLER_MANAGER,
+    FRONT_PROXY_CLIENT,
     KUBELET_CLIENT,
     PROXY,
     SCHEDULER,
@@ -166,7 +167,18 @@ def _apiserver_argv(state: State) -> list[str]:
         f"--controller-manager-health-url={_local_health('controller-manager')(state)}",
         f"--service-account-key-file={sa_pub}",
         f"--service-account-signing-key-file={sa_key}",
+        *_front_proxy_flags(state),
     ]
+
+
+def _front_proxy_flags(state: State) -> list[str]:
+    """How the apiserver proxies to extension apiservers (the metrics server), as kubeadm configures it."""
+    client_cert, client_key = state.pki.front_proxy_client
+    return [f"--requestheader-client-ca-file={state.pki.front_proxy_ca[0]}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={client_cert}", f"--proxy-client-key-file={client_key}"]
 
 
 def health_port(state: State, name: str) -> int:
@@ -227,7 +239,31 @@ def _hollow_argv(state: State) -> list[str]:
     return [*_python("kubelet_agent"), f"--kubeconfig={state.kubeconfig}",
             f"--hollow-nodes={state.settings.hollow_nodes}", f"--hostname-override={HOLLOW_PREFIX}",
             f"--root-dir={state.root / 'hollow'}", f"--healthz-port={health_port(state, 'hollow-nodes')}",
-            "--healthz-bind-address=127.0.0.1"]
+            "--healthz-bind-address=127.0.0.1",
+            # Each node's kubelet API on loopback (the metrics server scrapes it), guarded as a real node's.
+            "--address=127.0.0.1", f"--client-ca-file={state.pki.ca[0]}", "--anonymous-auth=false",
+            "--authentication-token-webhook=true", "--authorization-mode=Webhook"]
+
+
+def _metrics_server_argv(state: State) -> list[str]:
+    kubeconfig = state.component_kubeconfig(addon_accounts.METRICS_KUBECONFIG)
+    return [*_python("metrics_server"), f"--kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
+            f"--secure-port={health_port(state, 'metrics-server')}", f"--cert-dir={nodes.metrics_server_dir(state)}",
+            "--kubelet-insecure-tls", "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+            "--metric-resolution=10s",
+            "--log-format=console"]
+
+
+def _unverified_tls(state: State) -> ssl.SSLContext:
+    """The metrics server's certificate is its own (self-signed); its health needs no trust."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+async def _register_metrics_server(state: State, http: httpx.AsyncClient) -> None:
+    await nodes.ensure_metrics_server(state, http, health_port(state, "metrics-server"))
 
 
 def _has_nodes(state: State) -> bool:
@@ -294,6 +330,17 @@ CONTROL_PLANE: tuple[ProcessSpec, ...] = (
         enabled=_has_nodes,
         listens=_own_port("noderoutes"),
         health_port=True,
+    ),
+    ProcessSpec(
+        name="metrics-server",
+        argv=_metrics_server_argv,
+        health=lambda state: f"https://127.0.0.1:{health_port(state, 'metrics-server')}/livez",
+        health_tls=_unverified_tls,
+        needs=("apiserver",),
+        listens=_own_port("metrics-server"),
+        health_port=True,
+        prepare=addon_accounts.prepare_metrics_server,
+        after_ready=_register_metrics_server,
     ),
     ProcessSpec(
         name="hollow-nodes",

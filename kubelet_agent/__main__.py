@@ -45,17 +45,22 @@ def node_config(s: Settings) -> NodeConfig:
 UNSPECIFIED = ("0.0.0.0", "::")  # noqa: S104
 
 
+def api_auth(s: Settings, client: Client, node: str) -> KubeletAuth:
+    """The kubelet API's authentication and authorization the flags ask for, on node `node`."""
+    return KubeletAuth(
+        anonymous=s.anonymous_auth,
+        tokens=TokenWebhook(client, s.token_webhook_ttl) if s.token_webhook else None,
+        access=AccessWebhook(client, node, s.authorized_ttl, s.unauthorized_ttl)
+        if s.authorization_mode == "Webhook" else None)
+
+
 async def start_api(s: Settings, kubelet: Kubelet) -> KubeletServer:
     """The HTTPS API (logs, exec, port-forward, stats), listening where the apiserver dials the node.
 
     With --node-netns and no specific --address, the node's addresses live in that namespace, so the
     socket is bound there on the node IP; a specific --address is bound in the kubelet's own namespace.
     """
-    auth = KubeletAuth(
-        anonymous=s.anonymous_auth,
-        tokens=TokenWebhook(kubelet.client, s.token_webhook_ttl) if s.token_webhook else None,
-        access=AccessWebhook(kubelet.client, kubelet.name, s.authorized_ttl, s.unauthorized_ttl)
-        if s.authorization_mode == "Webhook" else None)
+    auth = api_auth(s, kubelet.client, kubelet.name)
     api = KubeletServer(kubelet, address=s.address, port=s.port,
                         runtime_endpoint=None if s.hollow else s.endpoint, node_netns=s.node_netns or None,
                         cert_file=s.tls_cert_file or None, key_file=s.tls_key_file or None, cert_dir=s.cert_dir,
@@ -90,8 +95,11 @@ async def main(argv: list[str]) -> None:
     runner: Kubelet | HollowNodes
     api: KubeletServer | None = None
     if s.hollow_nodes:
+        # An explicit --address serves each hollow node's kubelet API there (each on a port of its own).
         runner = HollowNodes(client, s.hostname, s.hollow_nodes, options(s), labels=s.labels, taints=s.taints,
-                             max_pods=s.max_pods, stages=s.hollow_stages)
+                             max_pods=s.max_pods, stages=s.hollow_stages, api_address=args.address,
+                             api_auth=lambda node: api_auth(s, client, node), cert_dir=s.cert_dir,
+                             client_ca_file=s.client_ca_file or None)
     else:
         if s.hollow:
             runtime = HollowRuntime(stages=s.hollow_stages)

@@ -415,6 +415,16 @@ _CONTROLLER_RULES: dict[str, list[Obj]] = {
         rule(("list", "watch", "get"), ("",), ("pods",)),
         events_rule(),
     ],
+    "horizontal-pod-autoscaler": [
+        rule(("get", "list", "watch"), ("autoscaling",), ("horizontalpodautoscalers",)),
+        rule(("update",), ("autoscaling",), ("horizontalpodautoscalers/status",)),
+        rule(("get", "update"), ("*",), ("*/scale",)),
+        rule(("list",), ("",), ("pods",)),
+        rule(("list",), ("metrics.k8s.io",), ("pods",)),
+        rule(("get", "list"), ("custom.metrics.k8s.io",), ("*",)),
+        rule(("get", "list"), ("external.metrics.k8s.io",), ("*",)),
+        events_rule(),
+    ],
     "replicaset-controller": [
         rule(("get", "list", "watch", "update"), ("apps", "extensions"), ("replicasets",)),
         rule(STATUS_WRITE, ("apps", "extensions"), ("replicasets/status",)),

@@ -540,6 +540,8 @@ class APIApp:
                 record.finish(lambda: _request_object(scope))
 
     async def _route(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if self.server.ready and await self.server.aggregator.serve(scope, receive, send, scope["pyk8s.user"]):
+            return
         if await self._streams(scope, receive, send):
             return
         if scope["type"] == "http":

@@ -1232,7 +1232,19 @@ async def openapi_v2(request: Request) -> Response:
 
 @router.get("/openapi/v3", include_in_schema=False)
 async def openapi_v3_index(request: Request) -> Response:
-    return await _serve(request, "index")
+    """The local documents, and those of the aggregated group/versions (which the aggregator proxies)."""
+    response = await _serve(request, "index")
+    # an OpenAPI router mounted without an apiserver (as its unit tests do) serves the local documents only
+    server = getattr(request.app.state, "server", None)
+    remote = server.aggregator.openapi_v3_paths() if server is not None else {}
+    if response.status_code != 200 or not remote:
+        return response
+    body = orjson.dumps({"paths": {**orjson.loads(response.body)["paths"], **remote}})
+    etag = hashlib.sha512(body).hexdigest().upper()
+    if _etag_matches(request.headers.get("if-none-match"), etag):
+        return Response(status_code=304, headers={"ETag": f'"{etag}"', "Vary": "Accept"})
+    return Response(body, media_type=JSON, headers={"ETag": f'"{etag}"', "Vary": "Accept",
+                                                    "Cache-Control": "no-cache, private"})
 
 
 @router.get("/openapi/v3/{path:path}", include_in_schema=False)

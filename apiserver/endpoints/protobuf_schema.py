@@ -826,6 +826,17 @@ CERTIFICATES: dict[str, str] = {
     ),
 }
 
+APIREGISTRATION: dict[str, str] = {
+    "APIService": _OBJECT.format("APIService"),
+    "APIServiceSpec": (
+        "1 service *ServiceReference, 2 group, 3 version, 4 insecureSkipTLSVerify b, 5 caBundle y,"
+        " 7 groupPriorityMinimum! i, 8 versionPriority! i"
+    ),
+    "ServiceReference": "1 namespace, 2 name, 3 port *i",
+    "APIServiceStatus": "1 conditions []APIServiceCondition",
+    "APIServiceCondition": _CONDITION,
+}
+
 # Package name -> (served apiVersion, its table, the OpenAPI definition prefix used to cross-check it).
 PACKAGES: dict[str, tuple[str, dict[str, str], str]] = {
     "meta": ("meta.k8s.io/v1", META, "io.k8s.apimachinery.pkg.apis.meta.v1"),
@@ -847,6 +858,8 @@ PACKAGES: dict[str, tuple[str, dict[str, str], str]] = {
     "authentication": ("authentication.k8s.io/v1", AUTHENTICATION, "io.k8s.api.authentication.v1"),
     "authorization": ("authorization.k8s.io/v1", AUTHORIZATION, "io.k8s.api.authorization.v1"),
     "certificates": ("certificates.k8s.io/v1", CERTIFICATES, "io.k8s.api.certificates.v1"),
+    "apiregistration": ("apiregistration.k8s.io/v1", APIREGISTRATION,
+                        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1"),
 }
 
 # The kinds a client may send as a whole request body, per package.
@@ -876,4 +889,5 @@ KINDS: dict[str, tuple[str, ...]] = {
         "SubjectAccessReview", "LocalSubjectAccessReview", "SelfSubjectAccessReview", "SelfSubjectRulesReview",
     ),
     "certificates": ("CertificateSigningRequest",),
+    "apiregistration": ("APIService",),
 }

@@ -761,6 +761,20 @@ def _runtime_class_cells(obj: dict[str, Any], now: float) -> Row:
     return [obj["metadata"].get("name", ""), obj.get("handler") or "", _age(obj, now)]
 
 
+def _api_service_cells(obj: dict[str, Any], now: float) -> Row:
+    """SERVICE is `namespace/name` or Local; AVAILABLE the Available condition, with its reason when not True."""
+    spec = obj.get("spec") or {}
+    service = spec.get("service")
+    where = f"{service.get('namespace') or ''}/{service.get('name') or ''}" if isinstance(service, dict) else "Local"
+    available = "Unknown"
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Available":
+            available = str(cond.get("status") or "Unknown")
+            if available != "True" and cond.get("reason"):
+                available = f"{available} ({cond['reason']})"
+    return [obj["metadata"].get("name", ""), where, available, _age(obj, now)]
+
+
 def _flow_schema_cells(obj: dict[str, Any], now: float) -> Row:
     spec = obj.get("spec") or {}
     method = (spec.get("distinguisherMethod") or {}).get("type") or _NONE
@@ -1084,6 +1098,12 @@ _PRINTERS: dict[tuple[str, str], tuple[list[Column], RowFn]] = {
     ("node.k8s.io", "runtimeclasses"): ([
         NAME, _c("Handler", "string", ("node.v1.RuntimeClass", "handler")), AGE,
     ], _runtime_class_cells),
+    ("apiregistration.k8s.io", "apiservices"): ([
+        NAME,
+        _c("Service", "string", "The reference to the service that hosts this API endpoint."),
+        _c("Available", "string", "Whether this service is available."),
+        AGE,
+    ], _api_service_cells),
     ("flowcontrol.apiserver.k8s.io", "flowschemas"): ([
         NAME,
         _c("PriorityLevel", "string", ("flowcontrol.v1.PriorityLevelConfigurationReference", "name")),

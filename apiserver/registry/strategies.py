@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from apiserver.registry import (
     apiextensions,
+    apiregistration,
     apps,
     autoscaling,
     batch,
@@ -68,6 +69,7 @@ _BY_GROUP_RESOURCE: dict[tuple[str, str], type[Strategy]] = {
     ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations"): flowcontrol.PriorityLevelConfigurationStrategy,
     ("certificates.k8s.io", "certificatesigningrequests"): certificates.CertificateSigningRequestStrategy,
     ("apiextensions.k8s.io", "customresourcedefinitions"): apiextensions.CustomResourceDefinitionStrategy,
+    ("apiregistration.k8s.io", "apiservices"): apiregistration.APIServiceStrategy,
 }
 
 _CACHE: dict[Resource, Strategy] = {}

@@ -133,6 +133,8 @@ class KubeletServer:
         self._server: asyncio.Server | None = None
         self._dialer = Dialer(node_netns or None)
         self._stats = stats.StatsCollector()
+        # Its own collector, so scrapes of /metrics/resource do not move the rates /stats/summary reports.
+        self._resource_stats = stats.StatsCollector()
 
     def ssl_context(self) -> ssl.SSLContext:
         cert, key = self.cert_file, self.key_file
@@ -230,6 +232,11 @@ class KubeletServer:
             items = [w.pod for w in list(self.kubelet.workers.values())]
             body = orjson.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
             await self._respond(writer, 200, body, "application/json")
+        elif request.path == "/metrics/resource":
+            now = time.time()
+            summary = await self._resource_stats.summary(self.kubelet, self.cri) if self.cri is not None \
+                else stats.configured_summary(self.kubelet, now)
+            await self._respond(writer, 200, stats.resource_metrics(summary, now), "text/plain; version=0.0.4")
         elif request.path == "/stats/summary":
             summary = await self._stats.summary(self.kubelet, self.cri)
             await self._respond(writer, 200, orjson.dumps(summary), "application/json")

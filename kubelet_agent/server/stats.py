@@ -1,4 +1,5 @@
-"""/stats/summary in the shape of upstream's stats/v1alpha1 Summary (what metrics-server reads).
+"""/stats/summary in the shape of upstream's stats/v1alpha1 Summary, and /metrics/resource (what
+metrics-server reads) from it.
 
 Node figures come from /proc and statvfs; pod and container figures from CRI ListContainerStats
 and, where the runtime has it, ListPodSandboxStats (network). CPU rates are computed from the
@@ -9,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import os
 import time
 from typing import Any
 
 from kubelet_agent.server.cri_streaming import LABEL_POD_UID, CRIError, CRIStreaming
+from services.api.quantity import parse_quantity
 
 
 def _rfc3339(ts: float) -> str:
@@ -122,3 +125,115 @@ class StatsCollector:
                               "txBytes": iface.tx_bytes.value,
                               "interfaces": [{"name": i.name, "rxBytes": i.rx_bytes.value,
                                               "txBytes": i.tx_bytes.value} for i in net.interfaces]}
+
+
+#: A hollow pod's simulated usage per container: `{"<container>": {"cpu": "250m", "memory": "64Mi"}}`;
+#: containers it does not name use their requests.
+ANNOTATION_USAGE = "hollow.pyk8s.io/usage"
+
+
+def _configured(pod: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """(nanocores, working-set bytes) per container of a hollow pod: the annotation, else its requests."""
+    try:
+        declared = json.loads(((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_USAGE) or "{}")
+    except ValueError:
+        declared = {}
+    out = {}
+    for c in (pod.get("spec") or {}).get("containers") or ():
+        requests = (c.get("resources") or {}).get("requests") or {}
+        usage = declared.get(c.get("name")) if isinstance(declared, dict) else None
+        usage = usage if isinstance(usage, dict) else {}
+        try:
+            nanocores = int(parse_quantity(str(usage.get("cpu") or requests.get("cpu") or "0")) * 10**9)
+            memory = int(parse_quantity(str(usage.get("memory") or requests.get("memory") or "0")))
+        except ValueError:
+            nanocores, memory = 0, 0
+        out[c["name"]] = (nanocores, memory)
+    return out
+
+
+def configured_summary(kubelet: Any, now: float) -> dict[str, Any]:
+    """The Summary of a hollow node: each running container burns what its pod declares, so its cumulative
+    CPU grows at exactly that rate from its start (whole milliseconds, so rates come out exact); the
+    node's usage is the sum of its pods'."""
+    now_ms = int(now * 1000)
+    pods, node_cpu, node_memory = [], 0, 0
+    for worker in list(kubelet.workers.values()):
+        pod = worker.pod
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        running = {s.get("name"): (s.get("state") or {}).get("running") for s in status.get("containerStatuses") or ()}
+        containers = []
+        for name, (nanocores, memory) in _configured(pod).items():
+            started = (running.get(name) or {}).get("startedAt")
+            start = _epoch(started) if started else None
+            if start is None:
+                continue
+            used_ns = nanocores * max(now_ms - int(start * 1000), 0) // 1000
+            containers.append({"name": name, "startTime": started, "cpu": {"usageCoreNanoSeconds": used_ns},
+                               "memory": {"workingSetBytes": memory}})
+            node_cpu += used_ns
+            node_memory += memory
+        pods.append({"podRef": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+                     "containers": containers,
+                     "cpu": {"usageCoreNanoSeconds": sum(c["cpu"]["usageCoreNanoSeconds"] for c in containers)},
+                     "memory": {"workingSetBytes": sum(c["memory"]["workingSetBytes"] for c in containers)}})
+    return {"node": {"nodeName": kubelet.name, "cpu": {"usageCoreNanoSeconds": node_cpu},
+                     "memory": {"workingSetBytes": node_memory}}, "pods": pods}
+
+
+def _epoch(ts: str) -> float | None:
+    try:
+        return datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def _labels(**values: str) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in values.items() if v is not None)
+    return "{" + inner + "}" if inner else ""
+
+
+_HELP = (
+    ("container_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed by the container in core-seconds"),
+    ("container_memory_working_set_bytes", "gauge", "Current working set of the container in bytes"),
+    ("container_start_time_seconds", "gauge", "Start time of the container since unix epoch in seconds"),
+    ("node_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed by the node in core-seconds"),
+    ("node_memory_working_set_bytes", "gauge", "Current working set of the node in bytes"),
+    ("pod_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed by the pod in core-seconds"),
+    ("pod_memory_working_set_bytes", "gauge", "Current working set of the pod in bytes"),
+    ("resource_scrape_error", "gauge", "1 if there was an error while getting container metrics, 0 otherwise"),
+)
+
+
+def resource_metrics(summary: dict[str, Any], now: float) -> bytes:
+    """The kubelet's /metrics/resource (Prometheus text format, the [STABLE] series metrics-server reads)
+    from a Summary: cumulative CPU in core-seconds and working sets, each sample stamped in milliseconds."""
+    ms = int(now * 1000)
+    samples: dict[str, list[str]] = {name: [] for name, _, _ in _HELP}
+    node = summary.get("node") or {}
+    samples["node_cpu_usage_seconds_total"].append(
+        f" {(node.get('cpu') or {}).get('usageCoreNanoSeconds', 0) / 1e9} {ms}")
+    samples["node_memory_working_set_bytes"].append(f" {(node.get('memory') or {}).get('workingSetBytes', 0)} {ms}")
+    for pod in summary.get("pods") or ():
+        ref = pod.get("podRef") or {}
+        pod_labels = _labels(namespace=ref.get("namespace"), pod=ref.get("name"))
+        if pod.get("cpu"):
+            samples["pod_cpu_usage_seconds_total"].append(
+                f"{pod_labels} {pod['cpu'].get('usageCoreNanoSeconds', 0) / 1e9} {ms}")
+        if pod.get("memory"):
+            samples["pod_memory_working_set_bytes"].append(
+                f"{pod_labels} {pod['memory'].get('workingSetBytes', 0)} {ms}")
+        for c in pod.get("containers") or ():
+            labels = _labels(container=c.get("name"), namespace=ref.get("namespace"), pod=ref.get("name"))
+            samples["container_cpu_usage_seconds_total"].append(
+                f"{labels} {(c.get('cpu') or {}).get('usageCoreNanoSeconds', 0) / 1e9} {ms}")
+            samples["container_memory_working_set_bytes"].append(
+                f"{labels} {(c.get('memory') or {}).get('workingSetBytes', 0)} {ms}")
+            start = _epoch(c.get("startTime") or "")
+            if start is not None:
+                samples["container_start_time_seconds"].append(f"{labels} {start} {ms}")
+    samples["resource_scrape_error"].append(" 0")
+    lines = []
+    for name, kind, text in _HELP:
+        lines += [f"# HELP {name} [STABLE] {text}", f"# TYPE {name} {kind}", *(name + s for s in samples[name])]
+    return ("\n".join(lines) + "\n").encode()

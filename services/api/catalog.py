@@ -178,12 +178,15 @@ BUILTIN: tuple[Resource, ...] = (
        sub=["status", "approval"]),
     _r("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False,
        ["crd", "crds"], ["api-extensions"], sub=["status"], path="apiextensions.k8s.io/customresourcedefinitions"),
+    _r("apiregistration.k8s.io/v1", "APIService", "apiservices", False, cats=["api-extensions"], sub=["status"],
+       path="apiregistration.k8s.io/apiservices"),
 )
 
 # The preferred version of each group, newest first where a group serves several.
 GROUP_ORDER: tuple[str, ...] = (
-    "", "apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "autoscaling", "batch",
-    "policy", "rbac.authorization.k8s.io", "storage.k8s.io", "coordination.k8s.io", "discovery.k8s.io",
+    "", "apiregistration.k8s.io", "apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io",
+    "autoscaling", "batch", "policy", "rbac.authorization.k8s.io", "storage.k8s.io", "coordination.k8s.io",
+    "discovery.k8s.io",
     "networking.k8s.io", "scheduling.k8s.io", "node.k8s.io", "flowcontrol.apiserver.k8s.io", "certificates.k8s.io",
     "apiextensions.k8s.io",
 )

@@ -351,6 +351,8 @@ class FakeApiServer:
         current = self._current(res, namespace, name)
         if subresource and subresource not in res.subresources:
             raise errors.not_found(f"{res.plural}/{subresource}", res.group, name)
+        if subresource == "scale" and res.scale is not None and verb in ("get", "update"):
+            return 200, self._scale(res, current, body if verb == "update" else None)
         if verb == "get":
             return 200, copy.deepcopy(current)
         if verb == "update":
@@ -359,6 +361,31 @@ class FakeApiServer:
             return 200, copy.deepcopy(self._store(res, current, self._patched(res, current, body, patch_type),
                                                   subresource))
         return 200, copy.deepcopy(self._delete(res, current, body or {}))
+
+    def _scale(self, res: Resource, current: Obj, body: Any) -> Obj:
+        """The autoscaling/v1 Scale of an object; with `body`, spec.replicas set from it first."""
+        assert res.scale is not None
+
+        def at(obj: Obj, path: str) -> Any:
+            for key in path.strip(".").split("."):
+                obj = (obj or {}).get(key) if isinstance(obj, dict) else None
+            return obj
+
+        if isinstance(body, dict):
+            updated = copy.deepcopy(current)
+            target = updated
+            *parents, last = res.scale.spec_replicas.strip(".").split(".")
+            for key in parents:
+                target = target.setdefault(key, {})
+            target[last] = int((body.get("spec") or {}).get("replicas") or 0)
+            current = self._store(res, current, updated, "")
+        meta = current["metadata"]
+        return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+                "metadata": {"name": meta["name"], "namespace": meta.get("namespace"), "uid": meta.get("uid"),
+                             "resourceVersion": meta["resourceVersion"]},
+                "spec": {"replicas": at(current, res.scale.spec_replicas) or 0},
+                "status": {"replicas": at(current, res.scale.status_replicas) or 0,
+                           "selector": at(current, res.scale.label_selector) or ""}}
 
     def _patched(self, res: Resource, current: Obj, patch: Any, content_type: str) -> Obj:
         try:

@@ -637,6 +637,8 @@ _VALID_EXTRA: dict[tuple[str, str], dict[str, Any]] = {
         "names": {"plural": "shapes", "singular": "shape", "kind": "Shape"},
         "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
             "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}},
+    ("apiregistration.k8s.io/v1", "APIService"): {"spec": {
+        "group": "fuzz.pyk8s.io", "version": "v1", "groupPriorityMinimum": 100, "versionPriority": 10}},
 }
 #: every kind clients can create; those they can also read get a target object that writes patch and update
 CATALOG = [r for r in BUILTIN if "create" in r.verbs]
@@ -645,6 +647,10 @@ PATCH_TYPES = {"json": "application/json-patch+json", "merge": "application/merg
                "strategic": "application/strategic-merge-patch+json", "apply": "application/apply-patch+yaml"}
 _DEFS = definitions.definitions()
 _HUGE = st.sampled_from([2**31, -(2**31) - 1, 2**63 - 1, 2**63, -(2**63) - 1, 2**64, 10**30, 1e308, -1e308, 5e-324])
+
+
+#: Kinds whose name is fixed by their spec.
+_FIXED_NAMES = {"CustomResourceDefinition": "shapes.shapes.pyk8s.io", "APIService": "v1.fuzz.pyk8s.io"}
 
 
 def _collection(res: Resource) -> str:
@@ -658,7 +664,7 @@ def _target(res: Resource) -> tuple[str, dict[str, Any]]:
     if kind is not None:
         name = FIXTURE_NAME[kind.plural]
         return name, kind.valid(name)
-    name = "shapes.shapes.pyk8s.io" if res.kind == "CustomResourceDefinition" else f"fuzz-{res.plural}"
+    name = _FIXED_NAMES.get(res.kind, f"fuzz-{res.plural}")
     meta = {"name": name, **({"namespace": NS} if res.namespaced else {})}
     return name, {"apiVersion": res.api_version, "kind": res.kind, "metadata": meta,
                   **copy.deepcopy(_VALID_EXTRA.get((res.api_version, res.kind), {}))}

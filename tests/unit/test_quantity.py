@@ -290,7 +290,10 @@ def test_property_format_round_trips(value: Decimal, like: str) -> None:
     assume(not like.endswith("i") or abs(value) <= INT64_MAX)
     text = format_quantity(value, like)
     assert parse_quantity(text) == value
-    assert canonicalize_quantity(text) == text
+    # A BinarySI amount that is no whole number of Ki is written without a suffix, as upstream's, and
+    # that text reads back as DecimalSI: 625000 of "1Ki" is "625000", canonically "625k".
+    read_back_as = like if not like.endswith("i") or text.endswith("i") else ""
+    assert canonicalize_quantity(text) == format_quantity(value, read_back_as)
 
 
 @given(st.integers(min_value=-(1 << 62), max_value=1 << 62), st.sampled_from(["1Ki", "1Mi", "1Gi"]))
