@@ -99,7 +99,8 @@ class APIServer:
         self.cache = WatchCache(self.etcd, root)
         self.admission = chain.build(
             chain.enabled_plugins(options.enable_admission_plugins, options.disable_admission_plugins),
-            PluginConfig(self.cache, root, not_ready_toleration_seconds=options.default_not_ready_toleration_seconds,
+            PluginConfig(self.cache, root, self.catalog,
+                         not_ready_toleration_seconds=options.default_not_ready_toleration_seconds,
                          unreachable_toleration_seconds=options.default_unreachable_toleration_seconds))
         log.info("admission plugins", mutating=",".join(p.name for p in self.admission.mutating),
                  validating=",".join(p.name for p in self.admission.validating))

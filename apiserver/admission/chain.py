@@ -30,6 +30,8 @@ from apiserver.admission.resourcequota import ResourceQuota
 from apiserver.admission.runtimeclass import RuntimeClass
 from apiserver.admission.serviceaccount import ServiceAccount
 from apiserver.admission.storageobjectinuseprotection import StorageObjectInUseProtection
+from apiserver.admission.webhook.mutating import MutatingAdmissionWebhook
+from apiserver.admission.webhook.validating import ValidatingAdmissionWebhook
 from services.api.catalog import Resource
 
 P = TypeVar("P", bound=Plugin)
@@ -85,7 +87,7 @@ DEFAULT_ON: frozenset[str] = frozenset({
 #: the plugins pyk8s implements, by name
 REGISTERED: dict[str, type[Plugin]] = {p.name: p for p in (
     NamespaceLifecycle, ServiceAccount, AlwaysPullImages, Priority, DefaultTolerationSeconds, DefaultStorageClass,
-    StorageObjectInUseProtection, RuntimeClass, ResourceQuota,
+    StorageObjectInUseProtection, RuntimeClass, ResourceQuota, MutatingAdmissionWebhook, ValidatingAdmissionWebhook,
 )}
 
 
@@ -119,7 +121,8 @@ def enabled_plugins(enable: Iterable[str] = (), disable: Iterable[str] = ()) -> 
 def _select(res: Resource, plugins: Sequence[P]) -> dict[tuple[str, str], tuple[P, ...]]:
     """For each (operation, subresource) of `res` that any of `plugins` acts on, those plugins in order."""
     mine = [p for p in plugins if p.handles(res)]
-    table = {(op, sub): tuple(p for p in mine if op in p.operations and sub in p.subresources)
+    table = {(op, sub): tuple(p for p in mine if op in p.operations and (p.subresources is None
+                                                                            or sub in p.subresources))
              for op in OPERATIONS for sub in ("", *res.subresources)}
     return {key: found for key, found in table.items() if found}
 
@@ -143,7 +146,8 @@ class ResourceChain:
         """The validating plugins such a write goes through, in order."""
         return self._validating.get((operation, subresource), ())
 
-    async def admit(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool) -> None:
+    async def admit(self, operation: str, obj: Obj | None, old: Obj | None, subresource: str,
+                    dry_run: bool) -> None:
         """Run the mutating plugins on `obj` (changed in place); a StatusError refuses the write."""
         plugins = self._mutating.get((operation, subresource))
         if plugins:
@@ -151,8 +155,10 @@ class ResourceChain:
             for plugin in plugins:
                 await plugin.admit(a)
 
-    async def validate(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool) -> None:
-        """Run the validating plugins on the defaulted, valid `obj`; a StatusError refuses the write."""
+    async def validate(self, operation: str, obj: Obj | None, old: Obj | None, subresource: str,
+                       dry_run: bool) -> None:
+        """Run the validating plugins on the defaulted, valid `obj` (None on DELETE, where `old` is the object
+        being deleted); a StatusError refuses the write."""
         plugins = self._validating.get((operation, subresource))
         if plugins:
             a = Attributes(self.resource, operation, obj, old, subresource, dry_run)

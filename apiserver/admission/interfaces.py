@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from services.api.catalog import Resource
+from services.api.catalog import Catalog, Resource
 
 if TYPE_CHECKING:
     from apiserver.storage.cache import WatchCache
@@ -33,19 +33,20 @@ class Attributes:
 
     resource: Resource
     operation: str
-    obj: Obj
+    #: the object written; on DELETE the object being deleted is `old`, as upstream's oldObject
+    obj: Obj | None
     old: Obj | None = None
     subresource: str = ""
     dry_run: bool = False
 
     @property
     def name(self) -> str:
-        meta = self.obj.get("metadata") or {}
+        meta = (self.obj if self.obj is not None else self.old or {}).get("metadata") or {}
         return meta.get("name") or meta.get("generateName") or ""
 
     @property
     def namespace(self) -> str:
-        return (self.obj.get("metadata") or {}).get("namespace") or ""
+        return ((self.obj if self.obj is not None else self.old or {}).get("metadata") or {}).get("namespace") or ""
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ class PluginConfig:
 
     cache: WatchCache
     root: str = "/registry/"
+    #: the served resources, custom ones included (webhooks' matchPolicy Equivalent finds peers here)
+    catalog: Catalog | None = None
     #: DefaultTolerationSeconds: --default-not-ready-toleration-seconds, --default-unreachable-toleration-seconds
     not_ready_toleration_seconds: int = 300
     unreachable_toleration_seconds: int = 300
@@ -69,8 +72,8 @@ class Plugin:
     operations: ClassVar[frozenset[str]] = frozenset({CREATE})
     #: the (group, plural) pairs it acts on; None for every resource
     resources: ClassVar[frozenset[tuple[str, str]] | None] = None
-    #: the subresources it acts on; "" is the resource itself
-    subresources: ClassVar[frozenset[str]] = frozenset({""})
+    #: the subresources it acts on; "" is the resource itself, None every subresource
+    subresources: ClassVar[frozenset[str] | None] = frozenset({""})
 
     def __init__(self, config: PluginConfig) -> None:
         self.config = config

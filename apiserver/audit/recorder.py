@@ -196,6 +196,9 @@ class AuditRecord:
         if self.status >= 400 and isinstance(response, dict) and response.get("kind") == "Status":
             status.update({k: response[k] for k in ("status", "message", "reason", "details") if k in response})
         self.event["responseStatus"] = status
+        added = self.scope.get("pyk8s.audit_annotations")
+        if added:
+            self.event["annotations"] = {**added, **(self.event.get("annotations") or {})}
         self._request_object(request_object)
         if self.decision.level == REQUEST_RESPONSE and response is not None:
             self.event["responseObject"] = self._trimmed(response)

@@ -18,6 +18,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from apiserver.admission import context as admission_context
 from apiserver.audit.recorder import Auditor
 from apiserver.auth import reviews
 from apiserver.auth.authn import (
@@ -41,6 +42,7 @@ from apiserver.auth.authz import (
 from apiserver.auth.bootstraptoken import BootstrapTokenAuthenticator
 from apiserver.auth.rbac import RBAC_GROUP, RBACAuthorizer, escalation_allowed
 from apiserver.endpoints import discovery, openapi, proxy, typecheck
+from apiserver.endpoints.fieldvalidation import warning_headers
 from apiserver.endpoints.negotiation import PATCH_TYPES, body_read, decode_body, media_type, negotiate, read_body
 from apiserver.endpoints.resources import ResourceHandler, Target, parse_path
 from apiserver.registry import certificates, componentstatus
@@ -387,6 +389,19 @@ async def _refuse(scope: dict[str, Any], receive: Any, send: Any, exc: errors.St
     await _status_response(exc)(scope, receive, send)
 
 
+def _with_admission_warnings(send: Any, ctx: admission_context.RequestContext) -> Any:
+    """`send` that adds the warnings admission gave (webhooks, policies) to the response's headers, as
+    upstream's warning recorder does for every answer, a refusal included."""
+
+    async def warned(message: dict[str, Any]) -> None:
+        if ctx.warnings and message["type"] == "http.response.start":
+            extra = [(b"warning", value.encode()) for value in warning_headers(ctx.warnings)]
+            message = {**message, "headers": [*message.get("headers", ()), *extra]}
+        await send(message)
+
+    return warned
+
+
 class APIApp:
     """The ASGI entry point and its filter chain, in upstream's order: authenticate, audit,
     impersonate, max-in-flight, authorize; then resource paths go straight to the handler and the rest
@@ -519,7 +534,9 @@ class APIApp:
                 await _refuse(scope, receive, send, exc)
                 return
             scope["pyk8s.user"] = attrs.user
-            await self._route(scope, receive, send)
+            request_ctx = admission_context.begin(attrs.user)
+            scope["pyk8s.audit_annotations"] = request_ctx.annotations
+            await self._route(scope, receive, _with_admission_warnings(send, request_ctx))
         except Exception as exc:
             if record is not None:
                 record.panicked(exc)

@@ -730,6 +730,24 @@ NODE: dict[str, str] = {
     "Scheduling": "1 nodeSelector {}s, 2 tolerations []Toleration",
 }
 
+_WEBHOOK = (
+    "1 name!, 2 clientConfig WebhookClientConfig, 3 rules []RuleWithOperations, 4 failurePolicy *s,"
+    " 9 matchPolicy *s, 5 namespaceSelector *LabelSelector, {object} objectSelector *LabelSelector, 6 sideEffects *s,"
+    " 7 timeoutSeconds *i, 8 admissionReviewVersions []s{extra}, {conditions} matchConditions []MatchCondition"
+)
+
+ADMISSIONREGISTRATION: dict[str, str] = {
+    "MutatingWebhookConfiguration": "1 metadata ObjectMeta, 2 webhooks []MutatingWebhook",
+    "ValidatingWebhookConfiguration": "1 metadata ObjectMeta, 2 webhooks []ValidatingWebhook",
+    "MutatingWebhook": _WEBHOOK.format(object=11, extra=", 10 reinvocationPolicy *s", conditions=12),
+    "ValidatingWebhook": _WEBHOOK.format(object=10, extra="", conditions=11),
+    "RuleWithOperations": "1 operations []s, 2 ~ Rule",
+    "Rule": "1 apiGroups []s, 2 apiVersions []s, 3 resources []s, 4 scope *s",
+    "WebhookClientConfig": "3 url *s, 1 service *ServiceReference, 2 caBundle y",
+    "ServiceReference": "1 namespace!, 2 name!, 3 path *s, 4 port *i",
+    "MatchCondition": "1 name!, 2 expression!",
+}
+
 FLOWCONTROL: dict[str, str] = {
     "FlowSchema": _OBJECT.format("FlowSchema"),
     "FlowSchemaSpec": (
@@ -843,6 +861,9 @@ PACKAGES: dict[str, tuple[str, dict[str, str], str]] = {
     "storage": ("storage.k8s.io/v1", STORAGE, "io.k8s.api.storage.v1"),
     "scheduling": ("scheduling.k8s.io/v1", SCHEDULING, "io.k8s.api.scheduling.v1"),
     "node": ("node.k8s.io/v1", NODE, "io.k8s.api.node.v1"),
+    "admissionregistration": (
+        "admissionregistration.k8s.io/v1", ADMISSIONREGISTRATION, "io.k8s.api.admissionregistration.v1",
+    ),
     "flowcontrol": ("flowcontrol.apiserver.k8s.io/v1", FLOWCONTROL, "io.k8s.api.flowcontrol.v1"),
     "authentication": ("authentication.k8s.io/v1", AUTHENTICATION, "io.k8s.api.authentication.v1"),
     "authorization": ("authorization.k8s.io/v1", AUTHORIZATION, "io.k8s.api.authorization.v1"),
@@ -870,6 +891,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "storage": ("StorageClass", "CSIDriver", "CSIStorageCapacity"),
     "scheduling": ("PriorityClass",),
     "node": ("RuntimeClass",),
+    "admissionregistration": ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"),
     "flowcontrol": ("FlowSchema", "PriorityLevelConfiguration"),
     "authentication": ("TokenRequest", "TokenReview", "SelfSubjectReview"),
     "authorization": (

@@ -757,6 +757,10 @@ def _component_status_cells(obj: dict[str, Any], now: float) -> Row:
     return [obj["metadata"].get("name", ""), status, message, error]
 
 
+def _webhook_configuration_cells(obj: dict[str, Any], now: float) -> Row:
+    return [obj["metadata"].get("name", ""), len(obj.get("webhooks") or ()), _age(obj, now)]
+
+
 def _runtime_class_cells(obj: dict[str, Any], now: float) -> Row:
     return [obj["metadata"].get("name", ""), obj.get("handler") or "", _age(obj, now)]
 
@@ -842,6 +846,7 @@ NAME: Column = ("Name", "string", 0, (_META, "name"), "name")
 AGE: Column = ("Age", "string", 0, (_META, "creationTimestamp"), "")
 _CONTAINERS_DOC = "Names of each container in the template."
 _IMAGES_DOC = "Images referenced by each container in the template."
+_WEBHOOKS_DOC = "Webhooks indicates the number of webhooks registered in this configuration"
 
 
 def _c(name: str, ctype: str, desc: str | tuple[str, str], priority: int = 0) -> Column:
@@ -1081,6 +1086,12 @@ _PRINTERS: dict[tuple[str, str], tuple[list[Column], RowFn]] = {
         _c("Message", "string", "Message of the component conditions"),
         _c("Error", "string", "Error of the component conditions"),
     ], _component_status_cells),
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): ([
+        NAME, _c("Webhooks", "integer", _WEBHOOKS_DOC), AGE,
+    ], _webhook_configuration_cells),
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): ([
+        NAME, _c("Webhooks", "integer", _WEBHOOKS_DOC), AGE,
+    ], _webhook_configuration_cells),
     ("node.k8s.io", "runtimeclasses"): ([
         NAME, _c("Handler", "string", ("node.v1.RuntimeClass", "handler")), AGE,
     ], _runtime_class_cells),

@@ -963,3 +963,37 @@ def _cause_for(reason: Any, path: str, type_name: str, detail: str) -> Cause:
     if reason == "FieldValueDuplicate":
         return errors.cause(path, f'Duplicate value: "{type_name}"', "FieldValueDuplicate")
     return errors.cause(path, f'Invalid value: "{type_name}": {detail}', "FieldValueInvalid")
+
+
+# -- admission expressions (webhook matchConditions) ----------------------------------------------------
+
+_UNTYPED: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
+
+
+def check_expression(text: str, variables: frozenset[str], want: str = "bool") -> tuple[Program | None, str | None]:
+    """An admission expression over untyped `variables` (object, oldObject, request): the compiled
+    program, or upstream's compile error detail for it."""
+    try:
+        program = _parse(text)
+    except CompileError as exc:
+        return None, str(exc)
+    checker = _Checker(text, _UNTYPED)
+    try:
+        result, _ = checker.check(program.tree, variables)
+    except RecursionError:
+        return None, "ERROR: <input>:1:1: expression recursion limit exceeded"
+    if checker.problems:
+        return None, checker.problems[0]
+    if result is not None and result != want:
+        return None, f"cel expression must evaluate to a {want}"
+    return program, None
+
+
+def admission_value(value: Any) -> Any:
+    """A JSON value (an object, a request) as an admission expression sees it."""
+    return to_cel(_UNTYPED, value, _Budget())
+
+
+def evaluate(program: Program, activation: dict[str, Any]) -> tuple[Any, str | None]:
+    """The expression's value, or the error text upstream would report; never raises."""
+    return _run(program, activation)

@@ -43,11 +43,14 @@ CONSISTENT_READ_WAIT = 3.0
 
 class ResourceAdmission(Protocol):
     """The admission chain of one resource (apiserver/admission/chain.py builds it; the server hands it
-    in, so the registry depends on no plugin). `operation` is upstream's: CREATE, UPDATE."""
+    in, so the registry depends on no plugin). `operation` is upstream's: CREATE, UPDATE, DELETE (validation
+    only, with the object being deleted as `old`)."""
 
-    async def admit(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool) -> None: ...
+    async def admit(self, operation: str, obj: Obj | None, old: Obj | None, subresource: str,
+                    dry_run: bool) -> None: ...
 
-    async def validate(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool) -> None: ...
+    async def validate(self, operation: str, obj: Obj | None, old: Obj | None, subresource: str,
+                       dry_run: bool) -> None: ...
 
 
 class Admission(Protocol):
@@ -765,6 +768,8 @@ class RESTStore:
                     f"Precondition failed: ResourceVersion in precondition: {opts.precondition_rv}, "
                     f"ResourceVersion in object meta: {kv.mod_revision}",
                 )
+            if self.admission is not None:
+                await self.admission.validate("DELETE", None, self.out(obj), "", opts.dry_run)
             pending = self._start_deletion(obj, opts)
             if pending is None:
                 if opts.dry_run:

@@ -163,6 +163,10 @@ BUILTIN: tuple[Resource, ...] = (
     _r("storage.k8s.io/v1", "CSIDriver", "csidrivers", False),
     _r("storage.k8s.io/v1", "CSIStorageCapacity", "csistoragecapacities", True),
     _r("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False, ["pc"]),
+    _r("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", False,
+       cats=["api-extensions"]),
+    _r("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations",
+       False, cats=["api-extensions"]),
     _r("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", False),
     _r("flowcontrol.apiserver.k8s.io/v1", "FlowSchema", "flowschemas", False, sub=["status"]),
     _r("flowcontrol.apiserver.k8s.io/v1", "PriorityLevelConfiguration", "prioritylevelconfigurations", False,
@@ -183,7 +187,8 @@ BUILTIN: tuple[Resource, ...] = (
 # The preferred version of each group, newest first where a group serves several.
 GROUP_ORDER: tuple[str, ...] = (
     "", "apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "autoscaling", "batch",
-    "policy", "rbac.authorization.k8s.io", "storage.k8s.io", "coordination.k8s.io", "discovery.k8s.io",
+    "policy", "rbac.authorization.k8s.io", "storage.k8s.io", "admissionregistration.k8s.io", "coordination.k8s.io",
+    "discovery.k8s.io",
     "networking.k8s.io", "scheduling.k8s.io", "node.k8s.io", "flowcontrol.apiserver.k8s.io", "certificates.k8s.io",
     "apiextensions.k8s.io",
 )

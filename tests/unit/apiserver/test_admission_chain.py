@@ -11,13 +11,14 @@ import pytest
 
 from apiserver.admission import chain
 from apiserver.admission.alwayspullimages import AlwaysPullImages
-from apiserver.admission.interfaces import CREATE, UPDATE, Attributes, PluginConfig
+from apiserver.admission.interfaces import CREATE, DELETE, UPDATE, Attributes, PluginConfig
 from services.api.catalog import BUILTIN
 from services.api.errors import StatusError
 
 #: the relative order of the plugins pyk8s has, as upstream's AllOrderedPlugins (v1.32) lists them
 UPSTREAM_ORDER = ["NamespaceLifecycle", "ServiceAccount", "AlwaysPullImages", "Priority", "DefaultTolerationSeconds",
-                  "DefaultStorageClass", "StorageObjectInUseProtection", "RuntimeClass", "ResourceQuota"]
+                  "DefaultStorageClass", "StorageObjectInUseProtection", "RuntimeClass", "MutatingAdmissionWebhook",
+                  "ValidatingAdmissionWebhook", "ResourceQuota"]
 
 
 def res(group: str, plural: str) -> Any:
@@ -41,8 +42,10 @@ def test_order_is_upstreams_whatever_the_flags_say() -> None:
     assert enabled == [n for n in UPSTREAM_ORDER if n != "DefaultStorageClass"]
     built = chain.build(list(reversed(UPSTREAM_ORDER)), config())
     assert names(built.plugins) == UPSTREAM_ORDER
-    assert names(built.mutating) == UPSTREAM_ORDER[:-1]
-    assert names(built.validating) == ["AlwaysPullImages", "RuntimeClass", "ResourceQuota"]
+    assert names(built.mutating) == [n for n in UPSTREAM_ORDER if n not in ("ValidatingAdmissionWebhook",
+                                                                             "ResourceQuota")]
+    assert names(built.validating) == ["AlwaysPullImages", "RuntimeClass", "ValidatingAdmissionWebhook",
+                                       "ResourceQuota"]
     assert [n for n in chain.ORDERED_PLUGINS if n in chain.REGISTERED] == UPSTREAM_ORDER
 
 
@@ -66,24 +69,28 @@ def test_disabling_a_plugin_pyk8s_lacks_is_fine() -> None:
 
 def test_each_resource_gets_only_its_plugins() -> None:
     built = chain.build(chain.enabled_plugins(["AlwaysPullImages"]), config())
+    mw, vw = "MutatingAdmissionWebhook", "ValidatingAdmissionWebhook"
     pods = built.for_resource(res("", "pods"))
     assert names(pods.mutators(CREATE)) == ["NamespaceLifecycle", "ServiceAccount", "AlwaysPullImages", "Priority",
-                                           "DefaultTolerationSeconds", "RuntimeClass"]
-    assert names(pods.mutators(UPDATE)) == ["AlwaysPullImages", "Priority", "DefaultTolerationSeconds"]
-    assert names(pods.validators(CREATE)) == ["AlwaysPullImages", "RuntimeClass", "ResourceQuota"]
-    assert names(pods.validators(UPDATE)) == ["AlwaysPullImages"]
-    assert pods.mutators(UPDATE, "status") == () and pods.validators(UPDATE, "status") == ()
+                                           "DefaultTolerationSeconds", "RuntimeClass", mw]
+    assert names(pods.mutators(UPDATE)) == ["AlwaysPullImages", "Priority", "DefaultTolerationSeconds", mw]
+    assert names(pods.validators(CREATE)) == ["AlwaysPullImages", "RuntimeClass", vw, "ResourceQuota"]
+    assert names(pods.validators(UPDATE)) == ["AlwaysPullImages", vw]
+    assert names(pods.mutators(UPDATE, "status")) == [mw] and names(pods.validators(UPDATE, "status")) == [vw]
+    assert names(pods.validators(DELETE)) == [vw]
     claims = built.for_resource(res("", "persistentvolumeclaims"))
     assert names(claims.mutators(CREATE)) == ["NamespaceLifecycle", "DefaultStorageClass",
-                                             "StorageObjectInUseProtection"]
+                                             "StorageObjectInUseProtection", mw]
     volumes = built.for_resource(res("", "persistentvolumes"))
-    assert names(volumes.mutators(CREATE)) == ["StorageObjectInUseProtection"]
-    assert volumes.validators(CREATE) == ()
+    assert names(volumes.mutators(CREATE)) == ["StorageObjectInUseProtection", mw]
+    assert names(volumes.validators(CREATE)) == [vw]
     namespaces = built.for_resource(res("", "namespaces"))
-    assert namespaces.mutators(CREATE) == () and namespaces.validators(CREATE) == ()
+    assert names(namespaces.mutators(CREATE)) == [mw] and names(namespaces.validators(CREATE)) == [vw]
     configmaps = built.for_resource(res("", "configmaps"))
-    assert names(configmaps.mutators(CREATE)) == ["NamespaceLifecycle"]
-    assert names(configmaps.validators(CREATE)) == ["ResourceQuota"]
+    assert names(configmaps.mutators(CREATE)) == ["NamespaceLifecycle", mw]
+    assert names(configmaps.validators(CREATE)) == [vw, "ResourceQuota"]
+    hooks = built.for_resource(res("admissionregistration.k8s.io", "validatingwebhookconfigurations"))
+    assert hooks.mutators(CREATE) == () and hooks.validators(DELETE) == ()
 
 
 def pod(**spec: Any) -> dict[str, Any]:

@@ -1,0 +1,209 @@
+"""Calling the webhooks that match a request, as upstream's generic webhook dispatchers do: mutating ones
+one after the other, each seeing the previous one's patch (and IfNeeded ones once more when a later
+webhook changed the object), validating ones all at once; each with its failurePolicy, sideEffects and
+timeout, their warnings and audit annotations handed back to the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import structlog
+
+from apiserver.admission import context
+from apiserver.admission.interfaces import Attributes, PluginConfig
+from apiserver.admission.webhook import matching, review
+from apiserver.admission.webhook.client import CallError, WebhookClient
+from apiserver.admission.webhook.resolver import ResolveError, ServiceResolver
+from apiserver.admission.webhook.source import ConfigurationSource, Webhook
+from apiserver.registry import crcel
+from services.api import errors
+from services.api.catalog import Resource
+from services.api.patch import PatchError, json_patch
+
+log = structlog.get_logger("admission.webhook")
+
+Obj = dict[str, Any]
+
+_SIDE_EFFECT_FREE_ON_DRY_RUN = ("None", "NoneOnDryRun")
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """A webhook chosen for this request, and the resource its rules see it as."""
+
+    hook: Webhook
+    seen_as: Resource
+    index: int
+
+
+class Dispatcher:
+    """Matches and calls the webhooks of one kind of configuration."""
+
+    def __init__(self, config: PluginConfig, plural: str, mutating: bool) -> None:
+        self.config = config
+        self.mutating = mutating
+        self.phase = "mutating" if mutating else "validating"
+        self.source = ConfigurationSource(config.cache, config.root, plural, mutating)
+        self.resolver = ServiceResolver(config.cache, config.root)
+        self.client = WebhookClient()
+
+    async def _namespace_labels(self, namespace: str) -> dict[str, str]:
+        key = f"{self.config.root}namespaces/{namespace}"
+        store = self.config.cache.resources.get(f"{self.config.root}namespaces/")
+        entry = store.entries.get(key) if store is not None else None
+        if entry is not None:
+            ns = entry.obj
+        else:
+            kv = await self.config.cache.store.get(key)
+            if kv is None:
+                return {}
+            ns = orjson.loads(kv.value)
+        return dict((ns.get("metadata") or {}).get("labels") or {})
+
+    async def _selected(self, hooks: tuple[Webhook, ...], a: Attributes) -> list[_Call]:
+        """The webhooks whose rules and selectors take this request, in calling order."""
+        chosen: list[_Call] = []
+        labels: dict[str, dict[str, str]] = {}
+        for index, hook in enumerate(hooks):
+            seen_as = matching.matched_resource(hook, a, self.config.catalog)
+            if seen_as is None or not matching.object_selected(hook, a):
+                continue
+            namespace = matching.namespace_labels_needed(hook, a)
+            if namespace is not None and namespace not in labels:
+                labels[namespace] = await self._namespace_labels(namespace)
+            if not matching.namespace_selected(hook, a, labels.get(namespace or "")):
+                continue
+            chosen.append(_Call(hook, seen_as, index))
+        return chosen
+
+    def _refuse_dry_run(self, calls: list[_Call], a: Attributes) -> None:
+        if not a.dry_run:
+            return
+        for call in calls:
+            if call.hook.side_effects not in _SIDE_EFFECT_FREE_ON_DRY_RUN:
+                raise review.no_dry_run(call.hook.name)
+
+    async def _call(self, call: _Call, a: Attributes, round_: int) -> review.Verdict | None:
+        """One webhook's checked answer; None when it is skipped (its conditions are false, or it failed
+        open). A denial or a fail-closed failure raises the StatusError the client gets."""
+        hook, ctx = call.hook, context.current()
+        body = review.request(a, call.seen_as, ctx.user)
+        bound = log.bind(webhook=hook.name, configuration=hook.configuration, kind=a.resource.kind,
+                         namespace=a.namespace, name=a.name, operation=a.operation)
+        try:
+            if hook.conditions:
+                activation = {"object": crcel.admission_value(a.obj), "oldObject": crcel.admission_value(a.old),
+                              "request": crcel.admission_value(body["request"])}
+                try:
+                    if not matching.conditions_hold(hook, activation):
+                        return None
+                except matching.MatchConditionError as exc:
+                    raise CallError(f"failed to evaluate match conditions: {exc}") from exc
+            where = self.resolver.resolve(hook.spec.get("clientConfig") or {}, hook.timeout)
+            ca = str((hook.spec.get("clientConfig") or {}).get("caBundle") or "")
+            answer = await self.client.post(where, ca, orjson.dumps(body), hook.timeout)
+            result = review.verdict(answer, body["request"]["uid"])
+            if result.patch and not self.mutating:
+                raise review.BadResponse("validating webhook may not return a patch")
+        except (CallError, ResolveError, review.BadResponse) as exc:
+            why = str(exc) if not isinstance(exc, ResolveError) else \
+                f"failed to call webhook: Post \"{_shown(hook)}\": {exc}"
+            if hook.failure_policy == "Ignore":
+                bound.warning("webhook failed, failing open", error=why)
+                ctx.annotate(f"failed-open.{self.phase}.webhook.admission.k8s.io/round_{round_}_index_{call.index}",
+                             hook.name)
+                return None
+            bound.warning("webhook failed, failing closed", error=why)
+            raise review.call_failed(hook.name, why) from exc
+        for text in result.warnings:
+            ctx.warn(text)
+        for key, value in result.audit_annotations.items():
+            ctx.annotate(f"{hook.name}/{key}", value)
+        if not result.allowed:
+            raise review.denied(hook.name, result.status)
+        return result
+
+    async def mutate(self, a: Attributes) -> None:
+        """Call the matching mutating webhooks in order and apply their patches to `a.obj`."""
+        hooks = self.source.webhooks()
+        if not hooks or a.obj is None:
+            return
+        calls = await self._selected(hooks, a)
+        if not calls:
+            return
+        self._refuse_dry_run(calls, a)
+        ctx = context.current()
+        after: dict[int, bytes] = {}
+        for call in calls:
+            changed = await self._mutate_once(call, a, 0, ctx)
+            if call.hook.reinvoke_if_needed and changed is not None:
+                after[call.index] = orjson.dumps(a.obj)
+        if not after:
+            return
+        now = orjson.dumps(a.obj)
+        for call in calls:
+            if call.index in after and after[call.index] != now:
+                await self._mutate_once(call, a, 1, ctx)
+
+    async def _mutate_once(self, call: _Call, a: Attributes, round_: int,
+                           ctx: context.RequestContext) -> bool | None:
+        """Call one mutating webhook; whether it changed the object, None when it was not called."""
+        result = await self._call(call, a, round_)
+        if result is None:
+            return None
+        mutated = False
+        if result.patch:
+            mutated = self._apply(call.hook, a, result.patch)
+        ctx.annotate(f"mutation.webhook.admission.k8s.io/round_{round_}_index_{call.index}",
+                     orjson.dumps({"configuration": call.hook.configuration, "webhook": call.hook.name,
+                                   "mutated": mutated}).decode())
+        return mutated
+
+    @staticmethod
+    def _apply(hook: Webhook, a: Attributes, patch: str) -> bool:
+        """Apply a webhook's base64 JSONPatch to `a.obj` in place; upstream answers a bad patch with a 500."""
+        obj = a.obj if a.obj is not None else {}
+        try:
+            operations = orjson.loads(base64.b64decode(patch))
+            patched = json_patch(obj, operations)
+        except (ValueError, orjson.JSONDecodeError, PatchError) as exc:
+            raise errors.internal(f'admission webhook "{hook.name}" returned an invalid patch: {exc}') from exc
+        if not isinstance(patched, dict):
+            raise errors.internal(f'admission webhook "{hook.name}" returned a patch that is not an object')
+        if patched == obj:
+            return False
+        obj.clear()
+        obj.update(patched)
+        return True
+
+    async def validate(self, a: Attributes) -> None:
+        """Call the matching validating webhooks concurrently; the first refusal, in calling order, wins."""
+        hooks = self.source.webhooks()
+        if not hooks:
+            return
+        calls = await self._selected(hooks, a)
+        if not calls:
+            return
+        self._refuse_dry_run(calls, a)
+        results = await asyncio.gather(*(self._call(call, a, 0) for call in calls), return_exceptions=True)
+        for outcome in results:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+def _shown(hook: Webhook) -> str:
+    """The URL of a webhook as upstream's error messages show it, when it could not be resolved."""
+    config = hook.spec.get("clientConfig") or {}
+    if config.get("url"):
+        return f"{config['url']}?timeout={hook.timeout}s"
+    ref = config.get("service") or {}
+    return (f"https://{ref.get('name')}.{ref.get('namespace')}.svc:{ref.get('port') or 443}"
+            f"{ref.get('path') or '/'}?timeout={hook.timeout}s")
