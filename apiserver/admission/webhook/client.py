@@ -73,7 +73,7 @@ class WebhookClient:
         except httpx.TimeoutException as exc:
             raise CallError(f'failed to call webhook: Post "{where.shown}": context deadline exceeded') from exc
         except httpx.HTTPError as exc:
-            raise CallError(f'failed to call webhook: Post "{where.shown}": {_describe(exc)}') from exc
+            raise CallError(f'failed to call webhook: Post "{where.shown}": {_describe(exc, where)}') from exc
         if len(response.content) > MAX_RESPONSE_BYTES:
             raise CallError("failed to call webhook: response body too large")
         if response.status_code != 200:
@@ -96,11 +96,12 @@ def urlhost(url: str) -> str:
     return rest.split("/", 1)[0]
 
 
-def _describe(exc: httpx.HTTPError) -> str:
+def _describe(exc: httpx.HTTPError, where: Location) -> str:
+    """What went wrong, in the words of Go's net/http where pyk8s can tell (Go's are what users search for)."""
     cause = exc.__cause__ or exc.__context__
     text = str(exc) or (str(cause) if cause is not None else "") or type(exc).__name__
-    if isinstance(exc, httpx.ConnectError) and "refused" in text.lower():
-        return "connect: connection refused"
     if "CERTIFICATE_VERIFY_FAILED" in text or isinstance(cause, ssl.SSLCertVerificationError):
-        return "tls: failed to verify certificate: x509: certificate signed by unknown authority"
+        return f"tls: failed to verify certificate: {text}"
+    if isinstance(exc, httpx.ConnectError) and ("refused" in text.lower() or "connection attempts failed" in text):
+        return f"dial tcp {urlhost(where.url)}: connect: connection refused"
     return text
