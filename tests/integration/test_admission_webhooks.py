@@ -212,6 +212,7 @@ def test_webhook_mutates_pods_and_rejects_a_bad_one(
     # The mutation went through the Service: the apiserver resolved it to the EndpointSlice's address and
     # named the Service in TLS, with upstream's timeout query.
     calls = [c for c in webhook.calls() if c["path"] == "/mutate" and c["namespace"] == ns]
+    assert all(c["restartPolicy"] == "Always" for c in calls), "webhooks see the defaulted object"
     assert calls and calls[-1]["operation"] == "CREATE" and calls[-1]["kind"] == "Pod"
     assert calls[-1]["query"] == "timeout=10s" and calls[-1]["host"] == f"webhook.{webhook.namespace}.svc:443"
 

@@ -93,6 +93,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
                       "name": req.get("name", ""), "namespace": req.get("namespace", ""),
                       "subResource": req.get("subResource", ""), "dryRun": req.get("dryRun"),
                       "user": req["userInfo"].get("username", ""), "hasOld": req.get("oldObject") is not None,
+                      "restartPolicy": ((req.get("object") or {}).get("spec") or {}).get("restartPolicy"),
                       "query": scope.get("query_string", b"").decode(), "host": dict(scope["headers"]).get(
                           b"host", b"").decode()})
         payload = json.dumps(await _answer(path, req)).encode()

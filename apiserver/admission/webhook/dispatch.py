@@ -21,6 +21,7 @@ from apiserver.admission.webhook.client import CallError, WebhookClient
 from apiserver.admission.webhook.resolver import ResolveError, ServiceResolver
 from apiserver.admission.webhook.source import ConfigurationSource, Webhook
 from apiserver.registry import crcel
+from apiserver.registry.strategies import strategy_for
 from services.api import errors
 from services.api.catalog import Resource
 from services.api.patch import PatchError, json_patch
@@ -137,6 +138,8 @@ class Dispatcher:
         if not calls:
             return
         self._refuse_dry_run(calls, a)
+        # Upstream decodes (and so defaults) a request before admission: webhooks see a defaulted object.
+        strategy_for(a.resource).defaults(a.obj)
         ctx = context.current()
         after: dict[int, bytes] = {}
         for call in calls:
