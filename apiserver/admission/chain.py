@@ -25,6 +25,7 @@ from apiserver.admission.interfaces import (
     ValidationInterface,
 )
 from apiserver.admission.namespacelifecycle import NamespaceLifecycle
+from apiserver.admission.policy.validating import ValidatingAdmissionPolicy
 from apiserver.admission.priority import Priority
 from apiserver.admission.resourcequota import ResourceQuota
 from apiserver.admission.runtimeclass import RuntimeClass
@@ -87,7 +88,8 @@ DEFAULT_ON: frozenset[str] = frozenset({
 #: the plugins pyk8s implements, by name
 REGISTERED: dict[str, type[Plugin]] = {p.name: p for p in (
     NamespaceLifecycle, ServiceAccount, AlwaysPullImages, Priority, DefaultTolerationSeconds, DefaultStorageClass,
-    StorageObjectInUseProtection, RuntimeClass, ResourceQuota, MutatingAdmissionWebhook, ValidatingAdmissionWebhook,
+    StorageObjectInUseProtection, RuntimeClass, ResourceQuota, MutatingAdmissionWebhook, ValidatingAdmissionPolicy,
+    ValidatingAdmissionWebhook,
 )}
 
 

@@ -746,6 +746,32 @@ ADMISSIONREGISTRATION: dict[str, str] = {
     "WebhookClientConfig": "3 url *s, 1 service *ServiceReference, 2 caBundle y",
     "ServiceReference": "1 namespace!, 2 name!, 3 path *s, 4 port *i",
     "MatchCondition": "1 name!, 2 expression!",
+    "ValidatingAdmissionPolicy": _OBJECT.format("ValidatingAdmissionPolicy"),
+    "ValidatingAdmissionPolicySpec": (
+        "1 paramKind *ParamKind, 2 matchConstraints *MatchResources, 3 validations []Validation,"
+        " 4 failurePolicy *s, 5 auditAnnotations []AuditAnnotation, 6 matchConditions []MatchCondition,"
+        " 7 variables []Variable"
+    ),
+    "ValidatingAdmissionPolicyStatus": (
+        "1 observedGeneration l, 2 typeChecking *TypeChecking, 3 conditions []Condition"
+    ),
+    "TypeChecking": "1 expressionWarnings []ExpressionWarning",
+    "ExpressionWarning": "2 fieldRef!, 3 warning!",
+    "ParamKind": "1 apiVersion, 2 kind",
+    "MatchResources": (
+        "1 namespaceSelector *LabelSelector, 2 objectSelector *LabelSelector,"
+        " 3 resourceRules []NamedRuleWithOperations, 4 excludeResourceRules []NamedRuleWithOperations,"
+        " 7 matchPolicy *s"
+    ),
+    "NamedRuleWithOperations": "1 resourceNames []s, 2 ~ RuleWithOperations",
+    "Validation": "1 expression!, 2 message, 3 reason *s, 4 messageExpression",
+    "AuditAnnotation": "1 key!, 2 valueExpression!",
+    "Variable": "1 name!, 2 expression!",
+    "ValidatingAdmissionPolicyBinding": "1 metadata ObjectMeta, 2 spec ValidatingAdmissionPolicyBindingSpec",
+    "ValidatingAdmissionPolicyBindingSpec": (
+        "1 policyName, 2 paramRef *ParamRef, 3 matchResources *MatchResources, 4 validationActions []s"
+    ),
+    "ParamRef": "1 name, 2 namespace, 3 selector *LabelSelector, 4 parameterNotFoundAction *s",
 }
 
 FLOWCONTROL: dict[str, str] = {
@@ -891,7 +917,10 @@ KINDS: dict[str, tuple[str, ...]] = {
     "storage": ("StorageClass", "CSIDriver", "CSIStorageCapacity"),
     "scheduling": ("PriorityClass",),
     "node": ("RuntimeClass",),
-    "admissionregistration": ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"),
+    "admissionregistration": (
+        "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ),
     "flowcontrol": ("FlowSchema", "PriorityLevelConfiguration"),
     "authentication": ("TokenRequest", "TokenReview", "SelfSubjectReview"),
     "authorization": (

@@ -1,15 +1,17 @@
 """admissionregistration.k8s.io/v1 MutatingWebhookConfiguration and ValidatingWebhookConfiguration: which
-admission webhooks the apiserver calls, on what, and how. Defaults and validation are upstream's
+admission webhooks the apiserver calls, on what, and how; ValidatingAdmissionPolicy and its bindings: CEL
+rules the apiserver checks itself. Defaults and validation are upstream's
 (pkg/apis/admissionregistration/v1/defaults.go and validation/validation.go) for the v1 API.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
 from apiserver.registry import crcel
-from apiserver.registry.base import MetaStrategy, setdefault
+from apiserver.registry.base import GenerationStrategy, MetaStrategy, setdefault
 from apiserver.registry.strategy import Cause, Obj
 from services.api import validation as v
 
@@ -179,7 +181,8 @@ def _validate_review_versions(versions: Any, path: str) -> list[Cause]:
     return causes
 
 
-def validate_match_conditions(conditions: Any, path: str) -> list[Cause]:
+def validate_match_conditions(conditions: Any, path: str,
+                              variables: frozenset[str] = CONDITION_VARIABLES) -> list[Cause]:
     """Names unique qualified names, expressions that compile to a bool, at most 64 of them."""
     if not conditions:
         return []
@@ -203,7 +206,7 @@ def validate_match_conditions(conditions: Any, path: str) -> list[Cause]:
         if not expression:
             causes.append(v.required(f"{here}.expression"))
             continue
-        _, error = crcel.check_expression(expression, CONDITION_VARIABLES)
+        _, error = crcel.check_expression(expression, variables)
         if error is not None:
             causes.append(v.invalid(f"{here}.expression", expression, f"compilation failed: {error}"))
     return causes
@@ -270,3 +273,213 @@ class MutatingWebhookConfigurationStrategy(_WebhookConfigurationStrategy):
 
 class ValidatingWebhookConfigurationStrategy(_WebhookConfigurationStrategy):
     mutating = False
+
+
+# -- ValidatingAdmissionPolicy and its bindings ------------------------------------------------------------
+
+#: what a policy's expressions may refer to (upstream also offers `authorizer`, which pyk8s does not)
+POLICY_VARIABLES = frozenset({"object", "oldObject", "request", "params", "namespaceObject", "variables"})
+POLICY_CONDITION_VARIABLES = frozenset({"object", "oldObject", "request", "params", "namespaceObject"})
+VALIDATION_REASONS = ("Unauthorized", "Forbidden", "Invalid", "RequestEntityTooLarge")
+VALIDATION_ACTIONS = ("Audit", "Deny", "Warn")
+_CEL_IDENTIFIER = re.compile(r"^[_a-zA-Z][_a-zA-Z0-9]*$")
+
+
+def default_match_resources(match: Any) -> None:
+    """SetDefaults_MatchResources, and the rules' scope."""
+    if not isinstance(match, dict):
+        return
+    setdefault(match, "matchPolicy", "Equivalent")
+    setdefault(match, "namespaceSelector", {})
+    setdefault(match, "objectSelector", {})
+    for field in ("resourceRules", "excludeResourceRules"):
+        for rule in match.get(field) or []:
+            if isinstance(rule, dict):
+                setdefault(rule, "scope", "*")
+
+
+def _compiles(expression: Any, path: str, variables: frozenset[str], want: str = "bool") -> list[Cause]:
+    if not isinstance(expression, str) or not expression.strip():
+        return [v.required(path)]
+    _, error = crcel.check_expression(expression, variables, want)
+    return [v.invalid(path, expression, f"compilation failed: {error}")] if error else []
+
+
+def _validate_match_resources(match: Any, path: str, rules_required: bool) -> list[Cause]:
+    if not isinstance(match, dict):
+        return [v.required(path)] if rules_required else []
+    causes: list[Cause] = []
+    policy = match.get("matchPolicy")
+    if policy is not None and policy not in ("Equivalent", "Exact"):
+        causes.append(v.not_supported(f"{path}.matchPolicy", policy, ("Equivalent", "Exact")))
+    for field in ("namespaceSelector", "objectSelector"):
+        if match.get(field) is not None:
+            causes += v.validate_label_selector(match[field], f"{path}.{field}")
+    if rules_required and not match.get("resourceRules"):
+        causes.append(v.required(f"{path}.resourceRules"))
+    for field in ("resourceRules", "excludeResourceRules"):
+        for i, rule in enumerate(match.get(field) or []):
+            causes += _validate_rule(rule, f"{path}.{field}[{i}]")
+            for j, name in enumerate((rule or {}).get("resourceNames") or [] if isinstance(rule, dict) else []):
+                causes.extend(v.invalid(f"{path}.{field}[{i}].resourceNames[{j}]", name, m)
+                              for m in v.is_dns1123_subdomain(name if isinstance(name, str) else ""))
+    return causes
+
+
+def _validate_param_kind(kind: Any, path: str) -> list[Cause]:
+    if not isinstance(kind, dict):
+        return [v.required(path)]
+    causes: list[Cause] = []
+    api_version = kind.get("apiVersion") or ""
+    if not api_version:
+        causes.append(v.required(f"{path}.apiVersion"))
+    elif api_version.count("/") > 1:
+        causes.append(v.invalid(f"{path}.apiVersion", api_version, "must be a valid group/version"))
+    if not kind.get("kind"):
+        causes.append(v.required(f"{path}.kind"))
+    return causes
+
+
+def _validate_validations(validations: list[Any], path: str) -> list[Cause]:
+    causes: list[Cause] = []
+    for i, rule in enumerate(validations):
+        here = f"{path}[{i}]"
+        rule = rule if isinstance(rule, dict) else {}
+        expression = rule.get("expression")
+        causes += _compiles(expression, f"{here}.expression", POLICY_VARIABLES)
+        message = rule.get("message")
+        if isinstance(message, str):
+            if "\n" in message:
+                causes.append(v.invalid(f"{here}.message", message, "message must not contain line breaks"))
+            elif not message.strip() and message:
+                causes.append(v.invalid(f"{here}.message", message, "message must be non-empty if specified"))
+        elif isinstance(expression, str) and "\n" in expression:
+            causes.append(v.required(f"{here}.message", "message must be specified if expression contains line "
+                                     "breaks"))
+        if rule.get("messageExpression"):
+            causes += _compiles(rule["messageExpression"], f"{here}.messageExpression", POLICY_VARIABLES, "string")
+        reason = rule.get("reason")
+        if reason is not None and reason not in VALIDATION_REASONS:
+            causes.append(v.not_supported(f"{here}.reason", reason, VALIDATION_REASONS))
+    return causes
+
+
+def _validate_policy_spec(spec: Any) -> list[Cause]:
+    spec = spec if isinstance(spec, dict) else {}
+    causes: list[Cause] = []
+    if spec.get("paramKind") is not None:
+        causes += _validate_param_kind(spec["paramKind"], "spec.paramKind")
+    causes += _validate_match_resources(spec.get("matchConstraints"), "spec.matchConstraints", True)
+    validations = spec.get("validations") or []
+    audits = spec.get("auditAnnotations") or []
+    if not validations and not audits:
+        causes.append(v.required("spec.validations", "validations or auditAnnotations must contain at least one "
+                                 "item"))
+    causes += _validate_validations(validations, "spec.validations")
+    failure = spec.get("failurePolicy")
+    if failure is not None and failure not in ("Fail", "Ignore"):
+        causes.append(v.not_supported("spec.failurePolicy", failure, ("Fail", "Ignore")))
+    keys: set[str] = set()
+    for i, audit in enumerate(audits):
+        audit = audit if isinstance(audit, dict) else {}
+        key = audit.get("key") or ""
+        if not key:
+            causes.append(v.required(f"spec.auditAnnotations[{i}].key"))
+        else:
+            causes.extend(v.invalid(f"spec.auditAnnotations[{i}].key", key, m) for m in v.is_qualified_name(key))
+            if key in keys:
+                causes.append(v.duplicate(f"spec.auditAnnotations[{i}].key", key))
+            keys.add(key)
+        causes += _compiles(audit.get("valueExpression"), f"spec.auditAnnotations[{i}].valueExpression",
+                            POLICY_VARIABLES, "string")
+    causes += validate_match_conditions(spec.get("matchConditions"), "spec.matchConditions",
+                                        POLICY_CONDITION_VARIABLES)
+    names: set[str] = set()
+    for i, variable in enumerate(spec.get("variables") or []):
+        variable = variable if isinstance(variable, dict) else {}
+        name = variable.get("name") or ""
+        if not name:
+            causes.append(v.required(f"spec.variables[{i}].name"))
+        elif not _CEL_IDENTIFIER.match(name):
+            causes.append(v.invalid(f"spec.variables[{i}].name", name, "name is not a valid CEL identifier"))
+        elif name in names:
+            causes.append(v.duplicate(f"spec.variables[{i}].name", name))
+        names.add(name)
+        expression = variable.get("expression")
+        if not isinstance(expression, str) or not expression.strip():
+            causes.append(v.required(f"spec.variables[{i}].expression"))
+        else:
+            _, error = crcel.check_expression(expression, POLICY_VARIABLES, "any")
+            if error:
+                causes.append(v.invalid(f"spec.variables[{i}].expression", expression, f"compilation failed: "
+                                        f"{error}"))
+    return causes
+
+
+def _validate_binding_spec(spec: Any) -> list[Cause]:
+    spec = spec if isinstance(spec, dict) else {}
+    causes: list[Cause] = []
+    if not spec.get("policyName"):
+        causes.append(v.required("spec.policyName"))
+    actions = spec.get("validationActions")
+    if not actions:
+        causes.append(v.required("spec.validationActions"))
+    else:
+        seen: set[str] = set()
+        for i, action in enumerate(actions):
+            if action not in VALIDATION_ACTIONS:
+                causes.append(v.not_supported(f"spec.validationActions[{i}]", action, VALIDATION_ACTIONS))
+            elif action in seen:
+                causes.append(v.duplicate(f"spec.validationActions[{i}]", action))
+            seen.add(action)
+        if {"Deny", "Warn"} <= seen:
+            causes.append(v.invalid("spec.validationActions", actions, "must not contain both Deny and Warn "
+                                    "(repeating the same validation failure information in the API response "
+                                    "and headers serves no purpose)"))
+    ref = spec.get("paramRef")
+    if ref is not None:
+        ref = ref if isinstance(ref, dict) else {}
+        has_name, has_selector = bool(ref.get("name")), ref.get("selector") is not None
+        if has_name == has_selector:
+            causes.append(v.forbidden("spec.paramRef.name", "name and selector are mutually exclusive") if has_name
+                          else v.required("spec.paramRef", "one of name or selector must be specified"))
+        if has_name:
+            causes.extend(v.invalid("spec.paramRef.name", ref["name"], m)
+                          for m in v.is_dns1123_subdomain(str(ref["name"])))
+        if has_selector:
+            causes += v.validate_label_selector(ref["selector"], "spec.paramRef.selector")
+        action = ref.get("parameterNotFoundAction")
+        if action is None:
+            causes.append(v.required("spec.paramRef.parameterNotFoundAction"))
+        elif action not in ("Allow", "Deny"):
+            causes.append(v.not_supported("spec.paramRef.parameterNotFoundAction", action, ("Allow", "Deny")))
+    causes += _validate_match_resources(spec.get("matchResources"), "spec.matchResources", False)
+    return causes
+
+
+class ValidatingAdmissionPolicyStrategy(GenerationStrategy):
+    def defaults(self, obj: Obj) -> None:
+        super().defaults(obj)
+        spec = obj.get("spec")
+        if isinstance(spec, dict):
+            setdefault(spec, "failurePolicy", "Fail")
+            default_match_resources(spec.get("matchConstraints"))
+
+    def validate_spec(self, obj: Obj) -> list[Cause]:
+        return _validate_policy_spec(obj.get("spec"))
+
+
+class ValidatingAdmissionPolicyBindingStrategy(MetaStrategy):
+    uses_generation = True
+
+    def defaults(self, obj: Obj) -> None:
+        super().defaults(obj)
+        spec = obj.get("spec")
+        if isinstance(spec, dict):
+            default_match_resources(spec.get("matchResources"))
+            ref = spec.get("paramRef")
+            if isinstance(ref, dict):
+                setdefault(ref, "parameterNotFoundAction", "Deny")
+
+    def validate_spec(self, obj: Obj) -> list[Cause]:
+        return _validate_binding_spec(obj.get("spec"))

@@ -578,7 +578,7 @@ def check_rule(text: str, node: dict[str, Any], want: str = "bool") -> tuple[Pro
         return None, "ERROR: <input>:1:1: expression recursion limit exceeded"
     if checker.problems:
         return None, checker.problems[0]
-    if result is not None and result != want:
+    if result is not None and want != "any" and result != want:
         return None, f"cel expression must evaluate to a {want}" if want == "bool" else \
             "must evaluate to string"
     return program, None
@@ -984,7 +984,7 @@ def check_expression(text: str, variables: frozenset[str], want: str = "bool") -
         return None, "ERROR: <input>:1:1: expression recursion limit exceeded"
     if checker.problems:
         return None, checker.problems[0]
-    if result is not None and result != want:
+    if result is not None and want != "any" and result != want:
         return None, f"cel expression must evaluate to a {want}"
     return program, None
 

@@ -69,6 +69,10 @@ _BY_GROUP_RESOURCE: dict[tuple[str, str], type[Strategy]] = {
         admissionregistration.MutatingWebhookConfigurationStrategy,
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"):
         admissionregistration.ValidatingWebhookConfigurationStrategy,
+    ("admissionregistration.k8s.io", "validatingadmissionpolicies"):
+        admissionregistration.ValidatingAdmissionPolicyStrategy,
+    ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"):
+        admissionregistration.ValidatingAdmissionPolicyBindingStrategy,
     ("flowcontrol.apiserver.k8s.io", "flowschemas"): flowcontrol.FlowSchemaStrategy,
     ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations"): flowcontrol.PriorityLevelConfigurationStrategy,
     ("certificates.k8s.io", "certificatesigningrequests"): certificates.CertificateSigningRequestStrategy,

@@ -364,3 +364,121 @@ def test_deletes_subresources_and_reinvocation(
     r = api.put(f"/api/v1/namespaces/{ns}/pods/flagged/status", json=pod)
     assert r.status_code == 403, r.text
     assert any(c["subResource"] == "status" and c["name"] == "flagged" for c in webhook.calls())
+
+
+POLICIES = f"{ADMISSION}/validatingadmissionpolicies"
+BINDINGS = f"{ADMISSION}/validatingadmissionpolicybindings"
+
+
+@pytest.fixture
+def policies(api: httpx.Client, unique_ns: str) -> Iterator[tuple[str, str, Callable[[str, dict[str, Any]], None]]]:
+    """The test's namespace, the label its policies select it by, and a maker of policies and bindings
+    (deleted after the test)."""
+    label = uuid.uuid4().hex[:12]
+    r = api.patch(f"/api/v1/namespaces/{unique_ns}", json={"metadata": {"labels": {"policy-test": label}}},
+                  headers={"content-type": "application/merge-patch+json"})
+    assert r.status_code == 200, r.text
+    made: list[str] = []
+
+    def make(collection: str, body: dict[str, Any]) -> None:
+        r = api.post(collection, json=body)
+        assert r.status_code == 201, r.text
+        made.append(f"{collection}/{body['metadata']['name']}")
+
+    yield unique_ns, label, make
+    for path in reversed(made):
+        api.delete(path)
+
+
+def _deployment(name: str, replicas: int) -> dict[str, Any]:
+    labels = {"app": name}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {
+                "metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}}}
+
+
+def test_validating_admission_policy_denies_and_warns(
+    api: httpx.Client, kubectl: Kubectl, policies: tuple[str, str, Callable[[str, dict[str, Any]], None]],
+) -> None:
+    ns, label, make = policies
+    bad = {"metadata": {"name": f"bad-{label}"}, "spec": {
+        "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                                                "resources": ["deployments"], "operations": ["CREATE"]}]},
+        "validations": [{"expression": "object.spec.replicas <="}]}}
+    r = api.post(POLICIES, json=bad)
+    assert r.status_code == 422 and r.json()["details"]["causes"][0]["field"] == "spec.validations[0].expression"
+    r = api.post(BINDINGS, json={"metadata": {"name": f"bad-{label}"}, "spec": {
+        "policyName": "x", "validationActions": ["Deny", "Warn"]}})
+    assert r.status_code == 422 and "must not contain both Deny and Warn" in r.text, r.text
+
+    limit = f"replica-limit-{label}"
+    make(POLICIES, {"metadata": {"name": limit}, "spec": {
+        "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+        "matchConstraints": {"namespaceSelector": {"matchLabels": {"policy-test": label}},
+                             "resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                                                "resources": ["deployments"], "operations": ["CREATE", "UPDATE"]}]},
+        "variables": [{"name": "limit", "expression": "int(params.data.maxReplicas)"}],
+        "validations": [{"expression": "object.spec.replicas <= variables.limit",
+                         "messageExpression": "'replicas must be no greater than ' + string(variables.limit)"}]}})
+    make(BINDINGS, {"metadata": {"name": limit}, "spec": {
+        "policyName": limit, "validationActions": ["Deny"],
+        "paramRef": {"name": "limits", "parameterNotFoundAction": "Deny"}}})
+    assert api.post(f"/api/v1/namespaces/{ns}/configmaps",
+                    json={"metadata": {"name": "limits"}, "data": {"maxReplicas": "5"}}).status_code == 201
+    table = kubectl.run("get", "validatingadmissionpolicybindings", limit).stdout.split("\n")
+    assert table[0].split() == ["NAME", "POLICYNAME", "PARAMREF", "AGE"] and table[1].split()[1:3] == [limit,
+                                                                                                      "*/limits"]
+
+    def denied() -> subprocess.CompletedProcess[str] | None:
+        out = kubectl.run("create", "-n", ns, "-f", "-", stdin=json.dumps(_deployment("big", 10)), check=False)
+        return out if out.returncode != 0 else None
+
+    out = _until(denied)
+    assert out is not None, "the policy never took effect"
+    message = (f"ValidatingAdmissionPolicy '{limit}' with binding '{limit}' denied request: replicas must be no "
+               "greater than 5")
+    assert f'The deployments "big" is invalid: : {message}' in out.stderr, out.stderr
+    r = api.post(f"/apis/apps/v1/namespaces/{ns}/deployments", json=_deployment("big", 10))
+    assert r.status_code == 422
+    assert r.json() == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                        "message": f'deployments.apps "big" is forbidden: {message}', "reason": "Invalid",
+                        "details": {"name": "big", "group": "apps", "kind": "deployments",
+                                    "causes": [{"message": message}]}, "code": 422}
+    assert api.post(f"/apis/apps/v1/namespaces/{ns}/deployments", json=_deployment("small", 3)).status_code == 201
+
+    # Without its param the binding fails closed (failurePolicy Fail), by its actions.
+    assert api.delete(f"/api/v1/namespaces/{ns}/configmaps/limits").status_code == 200
+
+    def param_missing() -> httpx.Response | None:
+        r = api.post(f"/apis/apps/v1/namespaces/{ns}/deployments", json=_deployment(f"d-{uuid.uuid4().hex[:6]}", 1))
+        return r if r.status_code == 422 else None
+
+    r = _until(param_missing)
+    assert r is not None and "no params found for policy binding with `Deny` parameterNotFoundAction" in \
+        r.json()["message"], r
+
+    latest = f"no-latest-{label}"
+    make(POLICIES, {"metadata": {"name": latest}, "spec": {
+        "matchConstraints": {"namespaceSelector": {"matchLabels": {"policy-test": label}},
+                             "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                                                "operations": ["CREATE"]}]},
+        "matchConditions": [{"name": "not-exempt", "expression": "!('exempt' in object.metadata.labels)"}],
+        "validations": [{"expression": "object.spec.containers.all(c, !c.image.endsWith(':latest'))",
+                         "message": "the latest tag is discouraged"}]}})
+    make(BINDINGS, {"metadata": {"name": latest}, "spec": {"policyName": latest,
+                                                           "validationActions": ["Warn", "Audit"]}})
+    warning = (f"299 - \"Validation failed for ValidatingAdmissionPolicy '{latest}' with binding '{latest}': the "
+               'latest tag is discouraged"')
+
+    def warned() -> httpx.Response | None:
+        body = _pod(f"l-{uuid.uuid4().hex[:6]}", app="x")
+        body["spec"]["containers"][0]["image"] = "busybox:latest"
+        r = api.post(f"/api/v1/namespaces/{ns}/pods", json=body)
+        assert r.status_code == 201, r.text
+        return r if r.headers.get("warning") == warning else None
+
+    assert _until(warned) is not None, "the warning never came"
+    body = _pod("exempted", exempt="yes")
+    body["spec"]["containers"][0]["image"] = "busybox:latest"
+    r = api.post(f"/api/v1/namespaces/{ns}/pods", json=body)
+    assert r.status_code == 201 and "warning" not in r.headers

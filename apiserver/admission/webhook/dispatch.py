@@ -16,6 +16,7 @@ import structlog
 
 from apiserver.admission import context
 from apiserver.admission.interfaces import Attributes, PluginConfig
+from apiserver.admission.lookup import namespace_object
 from apiserver.admission.webhook import matching, review
 from apiserver.admission.webhook.client import CallError, WebhookClient
 from apiserver.admission.webhook.resolver import ResolveError, ServiceResolver
@@ -54,30 +55,24 @@ class Dispatcher:
         self.client = WebhookClient()
 
     async def _namespace_labels(self, namespace: str) -> dict[str, str]:
-        key = f"{self.config.root}namespaces/{namespace}"
-        store = self.config.cache.resources.get(f"{self.config.root}namespaces/")
-        entry = store.entries.get(key) if store is not None else None
-        if entry is not None:
-            ns = entry.obj
-        else:
-            kv = await self.config.cache.store.get(key)
-            if kv is None:
-                return {}
-            ns = orjson.loads(kv.value)
-        return dict((ns.get("metadata") or {}).get("labels") or {})
+        ns = await namespace_object(self.config, namespace)
+        return dict(((ns or {}).get("metadata") or {}).get("labels") or {})
 
     async def _selected(self, hooks: tuple[Webhook, ...], a: Attributes) -> list[_Call]:
         """The webhooks whose rules and selectors take this request, in calling order."""
         chosen: list[_Call] = []
         labels: dict[str, dict[str, str]] = {}
         for index, hook in enumerate(hooks):
-            seen_as = matching.matched_resource(hook, a, self.config.catalog)
-            if seen_as is None or not matching.object_selected(hook, a):
+            spec = hook.spec
+            seen_as = matching.matched_resource(spec.get("rules") or [], spec.get("matchPolicy"), a,
+                                                self.config.catalog)
+            if seen_as is None or not matching.object_selected(spec.get("objectSelector"), a):
                 continue
-            namespace = matching.namespace_labels_needed(hook, a)
+            selector = spec.get("namespaceSelector")
+            namespace = matching.namespace_labels_needed(selector, a)
             if namespace is not None and namespace not in labels:
                 labels[namespace] = await self._namespace_labels(namespace)
-            if not matching.namespace_selected(hook, a, labels.get(namespace or "")):
+            if not matching.namespace_selected(selector, a, labels.get(namespace or "")):
                 continue
             chosen.append(_Call(hook, seen_as, index))
         return chosen
@@ -101,7 +96,7 @@ class Dispatcher:
                 activation = {"object": crcel.admission_value(a.obj), "oldObject": crcel.admission_value(a.old),
                               "request": crcel.admission_value(body["request"])}
                 try:
-                    if not matching.conditions_hold(hook, activation):
+                    if not matching.conditions_hold(hook.conditions, activation):
                         return None
                 except matching.MatchConditionError as exc:
                     raise CallError(f"failed to evaluate match conditions: {exc}") from exc

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from apiserver.admission.interfaces import DELETE, Attributes
-from apiserver.admission.webhook.source import Webhook
+from apiserver.admission.webhook.source import Condition
 from apiserver.registry import crcel
 from services.api.catalog import Catalog, Resource
 from services.api.validation import selector_matches
@@ -62,14 +62,15 @@ def rule_matches(rule: Obj, operation: str, res: Resource, subresource: str) -> 
             and _scope_matches(rule.get("scope"), res))
 
 
-def matched_resource(hook: Webhook, a: Attributes, catalog: Catalog | None) -> Resource | None:
-    """The resource the webhook sees the request as: the request's own, an equivalent one its rules name
-    (matchPolicy Equivalent), or None when the rules do not match."""
-    rules = [r for r in hook.spec.get("rules") or [] if isinstance(r, dict)]
+def matched_resource(rules: Iterable[Obj], match_policy: str | None, a: Attributes,
+                     catalog: Catalog | None) -> Resource | None:
+    """The resource a webhook or policy sees the request as: the request's own, an equivalent one its
+    rules name (matchPolicy Equivalent), or None when the rules do not match."""
+    rules = [r for r in rules if isinstance(r, dict)]
     for rule in rules:
         if rule_matches(rule, a.operation, a.resource, a.subresource):
             return a.resource
-    if hook.spec.get("matchPolicy") == "Exact" or catalog is None:
+    if match_policy == "Exact" or catalog is None:
         return None
     for peer in catalog.storage_peers(a.resource):
         if peer == a.resource or peer.plural != a.resource.plural:
@@ -86,29 +87,27 @@ def _labels(obj: Obj | None) -> dict[str, str] | None:
     return (meta.get("labels") or {}) if isinstance(meta, dict) else None
 
 
-def object_selected(hook: Webhook, a: Attributes) -> bool:
+def object_selected(selector: Obj | None, a: Attributes) -> bool:
     """objectSelector: either the new or the old object's labels match; an absent object never does."""
-    selector = hook.spec.get("objectSelector")
     if not selector:
         return True
     return any(labels is not None and selector_matches(selector, labels)
                for labels in (_labels(a.obj), _labels(a.old)))
 
 
-def namespace_labels_needed(hook: Webhook, a: Attributes) -> str | None:
+def namespace_labels_needed(selector: Obj | None, a: Attributes) -> str | None:
     """The namespace whose labels the namespaceSelector is matched against, or None when it matches
     without one (an empty selector, or a cluster-scoped object other than a Namespace)."""
-    if not hook.spec.get("namespaceSelector"):
+    if not selector:
         return None
     if a.resource.group == "" and a.resource.plural == "namespaces":
         return None
     return a.namespace or None
 
 
-def namespace_selected(hook: Webhook, a: Attributes, namespace_labels: dict[str, str] | None) -> bool:
+def namespace_selected(selector: Obj | None, a: Attributes, namespace_labels: dict[str, str] | None) -> bool:
     """namespaceSelector: a Namespace is matched on its own labels (the old ones on DELETE), a namespaced
     object on its namespace's, a cluster-scoped object always."""
-    selector = hook.spec.get("namespaceSelector")
     if not selector:
         return True
     if a.resource.group == "" and a.resource.plural == "namespaces":
@@ -119,10 +118,10 @@ def namespace_selected(hook: Webhook, a: Attributes, namespace_labels: dict[str,
     return selector_matches(selector, namespace_labels or {})
 
 
-def conditions_hold(hook: Webhook, activation: dict[str, Any]) -> bool:
-    """Upstream's order: any false skips the webhook; else any error raises MatchConditionError."""
+def conditions_hold(conditions: Iterable[Condition], activation: dict[str, Any]) -> bool:
+    """Upstream's order: any false skips the webhook or policy; else any error raises MatchConditionError."""
     error = ""
-    for cond in hook.conditions:
+    for cond in conditions:
         if cond.program is None:
             error = error or f"expression '{cond.name}' resulted in error: {cond.error}"
             continue

@@ -65,6 +65,12 @@ def _compile(configuration: str, spec: Obj, mutating: bool) -> Webhook:
     return Webhook(configuration, str(spec.get("name") or ""), spec, tuple(conditions))
 
 
+def fingerprint(cache: ResourceCache) -> tuple[int, int, int]:
+    """What changes whenever the cache's objects do: its last change, where its history starts, its size."""
+    last = cache.history[-1].revision if cache.history else 0
+    return (last, cache.history_start, len(cache.entries))
+
+
 class ConfigurationSource:
     """The webhooks of every Mutating- or ValidatingWebhookConfiguration, in calling order."""
 
@@ -87,8 +93,7 @@ class ConfigurationSource:
         if cache is None or not cache.entries:
             self._hooks, self._seen = (), None
             return ()
-        last = cache.history[-1].revision if cache.history else 0
-        seen = (last, cache.history_start, len(cache.entries))
+        seen = fingerprint(cache)
         if seen != self._seen:
             configs = sorted((e.obj for e in cache.entries.values()), key=lambda o: o["metadata"]["name"])
             self._hooks = tuple(_compile(c["metadata"]["name"], hook, self.mutating)

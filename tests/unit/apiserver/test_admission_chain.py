@@ -18,7 +18,7 @@ from services.api.errors import StatusError
 #: the relative order of the plugins pyk8s has, as upstream's AllOrderedPlugins (v1.32) lists them
 UPSTREAM_ORDER = ["NamespaceLifecycle", "ServiceAccount", "AlwaysPullImages", "Priority", "DefaultTolerationSeconds",
                   "DefaultStorageClass", "StorageObjectInUseProtection", "RuntimeClass", "MutatingAdmissionWebhook",
-                  "ValidatingAdmissionWebhook", "ResourceQuota"]
+                  "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota"]
 
 
 def res(group: str, plural: str) -> Any:
@@ -42,10 +42,10 @@ def test_order_is_upstreams_whatever_the_flags_say() -> None:
     assert enabled == [n for n in UPSTREAM_ORDER if n != "DefaultStorageClass"]
     built = chain.build(list(reversed(UPSTREAM_ORDER)), config())
     assert names(built.plugins) == UPSTREAM_ORDER
-    assert names(built.mutating) == [n for n in UPSTREAM_ORDER if n not in ("ValidatingAdmissionWebhook",
-                                                                             "ResourceQuota")]
-    assert names(built.validating) == ["AlwaysPullImages", "RuntimeClass", "ValidatingAdmissionWebhook",
-                                       "ResourceQuota"]
+    assert names(built.mutating) == [n for n in UPSTREAM_ORDER if n not in (
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota")]
+    assert names(built.validating) == ["AlwaysPullImages", "RuntimeClass", "ValidatingAdmissionPolicy",
+                                       "ValidatingAdmissionWebhook", "ResourceQuota"]
     assert [n for n in chain.ORDERED_PLUGINS if n in chain.REGISTERED] == UPSTREAM_ORDER
 
 
@@ -69,28 +69,30 @@ def test_disabling_a_plugin_pyk8s_lacks_is_fine() -> None:
 
 def test_each_resource_gets_only_its_plugins() -> None:
     built = chain.build(chain.enabled_plugins(["AlwaysPullImages"]), config())
-    mw, vw = "MutatingAdmissionWebhook", "ValidatingAdmissionWebhook"
+    mw, vw = "MutatingAdmissionWebhook", ("ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook")
     pods = built.for_resource(res("", "pods"))
     assert names(pods.mutators(CREATE)) == ["NamespaceLifecycle", "ServiceAccount", "AlwaysPullImages", "Priority",
                                            "DefaultTolerationSeconds", "RuntimeClass", mw]
     assert names(pods.mutators(UPDATE)) == ["AlwaysPullImages", "Priority", "DefaultTolerationSeconds", mw]
-    assert names(pods.validators(CREATE)) == ["AlwaysPullImages", "RuntimeClass", vw, "ResourceQuota"]
-    assert names(pods.validators(UPDATE)) == ["AlwaysPullImages", vw]
-    assert names(pods.mutators(UPDATE, "status")) == [mw] and names(pods.validators(UPDATE, "status")) == [vw]
-    assert names(pods.validators(DELETE)) == [vw]
+    assert names(pods.validators(CREATE)) == ["AlwaysPullImages", "RuntimeClass", *vw, "ResourceQuota"]
+    assert names(pods.validators(UPDATE)) == ["AlwaysPullImages", *vw]
+    assert names(pods.mutators(UPDATE, "status")) == [mw] and names(pods.validators(UPDATE, "status")) == [*vw]
+    assert names(pods.validators(DELETE)) == [*vw]
     claims = built.for_resource(res("", "persistentvolumeclaims"))
     assert names(claims.mutators(CREATE)) == ["NamespaceLifecycle", "DefaultStorageClass",
                                              "StorageObjectInUseProtection", mw]
     volumes = built.for_resource(res("", "persistentvolumes"))
     assert names(volumes.mutators(CREATE)) == ["StorageObjectInUseProtection", mw]
-    assert names(volumes.validators(CREATE)) == [vw]
+    assert names(volumes.validators(CREATE)) == [*vw]
     namespaces = built.for_resource(res("", "namespaces"))
-    assert names(namespaces.mutators(CREATE)) == [mw] and names(namespaces.validators(CREATE)) == [vw]
+    assert names(namespaces.mutators(CREATE)) == [mw] and names(namespaces.validators(CREATE)) == [*vw]
     configmaps = built.for_resource(res("", "configmaps"))
     assert names(configmaps.mutators(CREATE)) == ["NamespaceLifecycle", mw]
-    assert names(configmaps.validators(CREATE)) == [vw, "ResourceQuota"]
+    assert names(configmaps.validators(CREATE)) == [*vw, "ResourceQuota"]
     hooks = built.for_resource(res("admissionregistration.k8s.io", "validatingwebhookconfigurations"))
-    assert hooks.mutators(CREATE) == () and hooks.validators(DELETE) == ()
+    assert hooks.mutators(CREATE) == () and names(hooks.validators(DELETE)) == ["ValidatingAdmissionPolicy"]
+    policies = built.for_resource(res("admissionregistration.k8s.io", "validatingadmissionpolicies"))
+    assert policies.mutators(CREATE) == () and policies.validators(DELETE) == ()
 
 
 def pod(**spec: Any) -> dict[str, Any]:

@@ -69,22 +69,22 @@ def test_match_policy_equivalent_finds_the_other_version() -> None:
                 "operations": ["CREATE"]}]
     v1 = res("autoscaling", "horizontalpodautoscalers", "v1")
     a = Attributes(v1, CREATE, {"metadata": {"name": "h", "namespace": "ns"}})
-    seen = matching.matched_resource(hook(rules=v2_only), a, catalog)
+    seen = matching.matched_resource(v2_only, "Equivalent", a, catalog)
     assert seen is not None and seen.version == "v2"
-    assert matching.matched_resource(hook(rules=v2_only, matchPolicy="Exact"), a, catalog) is None
+    assert matching.matched_resource(v2_only, "Exact", a, catalog) is None
     body = review.request(a, seen, None)["request"]
     assert body["resource"]["version"] == "v2" and body["requestResource"]["version"] == "v1"
 
 
 def test_selectors() -> None:
     pods = res("", "pods")
-    selected = hook(objectSelector={"matchLabels": {"app": "web"}})
+    selected = {"matchLabels": {"app": "web"}}
     assert matching.object_selected(selected, Attributes(pods, CREATE, pod(app="web")))
     assert not matching.object_selected(selected, Attributes(pods, CREATE, pod(app="db")))
     # Either object may match; on a delete only the old one is there.
     assert matching.object_selected(selected, Attributes(pods, UPDATE, pod(app="db"), pod(app="web")))
     assert matching.object_selected(selected, Attributes(pods, DELETE, None, pod(app="web")))
-    ns_hook = hook(namespaceSelector={"matchExpressions": [{"key": "env", "operator": "In", "values": ["prod"]}]})
+    ns_hook = {"matchExpressions": [{"key": "env", "operator": "In", "values": ["prod"]}]}
     a = Attributes(pods, CREATE, pod())
     assert matching.namespace_labels_needed(ns_hook, a) == "ns"
     assert matching.namespace_selected(ns_hook, a, {"env": "prod"})
@@ -102,9 +102,9 @@ def test_match_conditions_false_wins_over_errors() -> None:
     h = hook(matchConditions=conds)
     act = {"object": matching.crcel.admission_value(pod()), "oldObject": None, "request": None}
     with pytest.raises(matching.MatchConditionError, match="expression 'broken' resulted in error: no such key"):
-        matching.conditions_hold(h, act)
+        matching.conditions_hold(h.conditions, act)
     act["object"] = matching.crcel.admission_value({**pod(), "metadata": {"name": "q"}})
-    assert matching.conditions_hold(h, act) is False
+    assert matching.conditions_hold(h.conditions, act) is False
 
 
 def test_configurations_are_exempt() -> None:
