@@ -15,6 +15,7 @@ from apiserver.admission import chain
 from apiserver.admission.interfaces import PluginConfig
 from apiserver.auth.bootstrap_policy import Stores, ensure_bootstrap_policy
 from apiserver.auth.tokens import DEFAULT_ISSUER, TokenIssuer
+from apiserver.controlplane.admissionpolicy_status import status_loop as admissionpolicy_status_loop
 from apiserver.controlplane.endpoints_adapter import EndpointsAdapter
 from apiserver.controlplane.flowcontrol import ensure_bootstrap_configuration
 from apiserver.controlplane.flowcontrol import status_loop as flowcontrol_status_loop
@@ -160,6 +161,8 @@ class APIServer:
         self._tasks.append(loop.create_task(self._compact_loop()))
         self._tasks.append(loop.create_task(self._health_loop()))
         self._tasks.append(loop.create_task(flowcontrol_status_loop(*self._flowcontrol_stores())))
+        self._tasks.append(loop.create_task(admissionpolicy_status_loop(
+            self.store("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies"), self.catalog)))
         log.info("apiserver ready", etcd=self.etcd.endpoint, revision=self.cache.revision)
 
     async def stop(self) -> None:

@@ -997,3 +997,41 @@ def admission_value(value: Any) -> Any:
 def evaluate(program: Program, activation: dict[str, Any]) -> tuple[Any, str | None]:
     """The expression's value, or the error text upstream would report; never raises."""
     return _run(program, activation)
+
+
+class _TypedChecker(_Checker):
+    """The checker with admission variables bound to schemas (object to its kind's, params to the
+    paramKind's); the others, and the ones without a schema, stay dynamic."""
+
+    def __init__(self, text: str, variables: dict[str, dict[str, Any] | None]) -> None:
+        super().__init__(text, _UNTYPED)
+        self.variables = variables
+
+    def _ident(self, token: lark.Token, scope: frozenset[str]) -> tuple[str | None, dict[str, Any] | None]:
+        name = str(token)
+        if name in scope or name not in self.variables:
+            if name in ("self", "oldSelf"):
+                self.fail(token, f"undeclared reference to '{name}' (in container '')")
+                return None, None
+            return super()._ident(token, scope)
+        node = self.variables[name]
+        return (_schema_type(node), node) if node is not None else (None, None)
+
+
+def type_check(text: str, variables: dict[str, dict[str, Any] | None], want: str = "bool") -> str | None:
+    """Upstream's type-checking of a policy expression against the schemas its variables have, as
+    the status controller reports it: the error, or None."""
+    try:
+        program = _parse(text)
+    except CompileError as exc:
+        return str(exc)
+    checker = _TypedChecker(text, variables)
+    try:
+        result, _ = checker.check(program.tree, frozenset())
+    except RecursionError:
+        return "ERROR: <input>:1:1: expression recursion limit exceeded"
+    if checker.problems:
+        return checker.problems[0]
+    if result is not None and want != "any" and result != want:
+        return f"cel expression must evaluate to a {want}"
+    return None

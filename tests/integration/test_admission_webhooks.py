@@ -425,6 +425,9 @@ def test_validating_admission_policy_denies_and_warns(
         "paramRef": {"name": "limits", "parameterNotFoundAction": "Deny"}}})
     assert api.post(f"/api/v1/namespaces/{ns}/configmaps",
                     json={"metadata": {"name": "limits"}, "data": {"maxReplicas": "5"}}).status_code == 201
+    # The status controller type-checked the policy against Deployments and ConfigMaps: nothing to report.
+    checked = _until(lambda: api.get(f"{POLICIES}/{limit}").json().get("status", {}).get("observedGeneration"))
+    assert checked == 1 and api.get(f"{POLICIES}/{limit}").json()["status"]["typeChecking"] == {}
     table = kubectl.run("get", "validatingadmissionpolicybindings", limit).stdout.split("\n")
     assert table[0].split() == ["NAME", "POLICYNAME", "PARAMREF", "AGE"] and table[1].split()[1:3] == [limit,
                                                                                                       "*/limits"]
@@ -456,6 +459,18 @@ def test_validating_admission_policy_denies_and_warns(
     r = _until(param_missing)
     assert r is not None and "no params found for policy binding with `Deny` parameterNotFoundAction" in \
         r.json()["message"], r
+
+    typo = f"typo-{label}"
+    make(POLICIES, {"metadata": {"name": typo}, "spec": {
+        "matchConstraints": {"namespaceSelector": {"matchLabels": {"policy-test": label}},
+                             "resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                                                "resources": ["deployments"], "operations": ["CREATE"]}]},
+        "validations": [{"expression": "object.replicas > 1"}]}})
+    status = _until(lambda: api.get(f"{POLICIES}/{typo}").json().get("status", {}).get("typeChecking"))
+    assert status == {"expressionWarnings": [{
+        "fieldRef": "spec.validations[0].expression",
+        "warning": "apps/v1, Kind=Deployment: ERROR: <input>:1:7: undefined field 'replicas'\n"
+                   " | object.replicas > 1\n | ......^"}]}, status
 
     latest = f"no-latest-{label}"
     make(POLICIES, {"metadata": {"name": latest}, "spec": {

@@ -632,6 +632,13 @@ _VALID_EXTRA: dict[tuple[str, str], dict[str, Any]] = {
     ("node.k8s.io/v1", "RuntimeClass"): {"handler": "runc"},
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): {"webhooks": [_FUZZ_WEBHOOK]},
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): {"webhooks": [_FUZZ_WEBHOOK]},
+    # A policy on nothing served, and a binding that only audits, so fuzzing them refuses no other write.
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): {"spec": {
+        "failurePolicy": "Ignore", "validations": [{"expression": "true"}],
+        "matchConstraints": {"resourceRules": [{"apiGroups": ["nothing.fuzz.pyk8s.io"], "apiVersions": ["v1"],
+                                                "resources": ["things"], "operations": ["CREATE"]}]}}},
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): {"spec": {
+        "policyName": "fuzz-validatingadmissionpolicies", "validationActions": ["Audit"]}},
     ("storage.k8s.io/v1", "CSIDriver"): {"spec": {}},
     ("storage.k8s.io/v1", "CSIStorageCapacity"): {"storageClassName": "fuzz"},
     ("certificates.k8s.io/v1", "CertificateSigningRequest"): {"spec": {
