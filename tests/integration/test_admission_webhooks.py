@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from services.runtime.pki import create_ca, issue_serving_cert
-from tests.conftest import REPO, Kubectl, free_port
+from tests.conftest import REPO, Kubectl, free_port, start_apiserver
 
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 MUTATING = f"{ADMISSION}/mutatingwebhookconfigurations"
@@ -497,3 +497,65 @@ def test_validating_admission_policy_denies_and_warns(
     body["spec"]["containers"][0]["image"] = "busybox:latest"
     r = api.post(f"/api/v1/namespaces/{ns}/pods", json=body)
     assert r.status_code == 201 and "warning" not in r.headers
+
+
+AUDIT_POLICY = """
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create]
+  resources: [{group: "", resources: [pods]}]
+- level: None
+"""
+
+
+def test_webhook_and_policy_audit_annotations(etcd_server: str, workdir: Path, webhook: WebhookServer) -> None:
+    """What webhooks and Audit bindings annotate lands in the request's audit event."""
+    root = workdir / "webhook-audit"
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "policy.yaml").write_text(AUDIT_POLICY)
+    log = root / "audit.log"
+    server = start_apiserver([etcd_server], root, "--etcd-prefix", f"/webhook-audit-{uuid.uuid4().hex[:8]}",
+                             "--audit-policy-file", str(root / "policy.yaml"), "--audit-log-path", str(log))
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as api:
+            r = api.post(MUTATING, json={"metadata": {"name": "audit"}, "webhooks": [{
+                "name": "audit.webhooks.pyk8s.io", "clientConfig": webhook.client_config("/mutate", by_url=True),
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}],
+                "sideEffects": "None", "admissionReviewVersions": ["v1"]}]})
+            assert r.status_code == 201, r.text
+            r = api.post(POLICIES, json={"metadata": {"name": "audited"}, "spec": {
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                        "resources": ["pods"], "operations": ["CREATE"]}]},
+                "validations": [{"expression": "object.metadata.name != 'noted'", "message": "noted pod"}],
+                "auditAnnotations": [{"key": "image", "valueExpression": "object.spec.containers[0].image"}]}})
+            assert r.status_code == 201, r.text
+            r = api.post(BINDINGS, json={"metadata": {"name": "audited"}, "spec": {
+                "policyName": "audited", "validationActions": ["Audit"]}})
+            assert r.status_code == 201, r.text
+
+            def annotated() -> dict[str, str] | None:
+                name = f"noted-{uuid.uuid4().hex[:4]}"
+                r = api.post("/api/v1/namespaces/default/pods", json=_pod(name))
+                assert r.status_code == 201, r.text
+                r = api.post("/api/v1/namespaces/default/pods", json=_pod("noted"))
+                api.delete("/api/v1/namespaces/default/pods/noted?gracePeriodSeconds=0")
+                events = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+                found = [e.get("annotations") or {} for e in events if (e.get("objectRef") or {}).get("name")
+                         == "noted" and e["stage"] == "ResponseComplete"]
+                return found[-1] if found and any(
+                    k.startswith("validation.policy") for k in found[-1]) else None
+
+            notes = _until(annotated)
+            assert notes is not None, "no annotated audit event"
+            assert notes["audit.webhooks.pyk8s.io/mutated"] == "yes"
+            assert json.loads(notes["mutation.webhook.admission.k8s.io/round_0_index_0"]) == {
+                "configuration": "audit", "webhook": "audit.webhooks.pyk8s.io", "mutated": True}
+            assert notes["audited/image"] == "busybox"
+            assert json.loads(notes["validation.policy.admission.k8s.io/validation_failure"]) == [{
+                "message": "noted pod", "policy": "audited", "binding": "audited", "expressionIndex": 0,
+                "validationActions": ["Audit"]}]
+    finally:
+        server.stop()
