@@ -984,7 +984,7 @@ def check_expression(text: str, variables: frozenset[str], want: str = "bool") -
         return None, "ERROR: <input>:1:1: expression recursion limit exceeded"
     if checker.problems:
         return None, checker.problems[0]
-    if result is not None and want != "any" and result != want:
+    if result is not None and want != "any" and result != want and not (want == "string" and result == "null"):
         return None, f"cel expression must evaluate to a {want}"
     return program, None
 
