@@ -559,3 +559,52 @@ def test_webhook_and_policy_audit_annotations(etcd_server: str, workdir: Path, w
                 "validationActions": ["Audit"]}]
     finally:
         server.stop()
+
+
+GADGETS = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "gadgets.webhooks.pyk8s.io"},
+           "spec": {"group": "webhooks.pyk8s.io", "scope": "Namespaced",
+                    "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+                    "versions": [{"name": v, "served": True, "storage": v == "v1", "schema": {"openAPIV3Schema": {
+                        "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}
+                        for v in ("v1", "v1beta1")]}}
+
+
+def test_webhooks_on_custom_resources_and_equivalent_versions(
+    api: httpx.Client, kubectl: Kubectl, webhook: WebhookServer, scoped: tuple[str, Callable[..., str]],
+) -> None:
+    ns, make = scoped
+    kubectl.run("apply", "-f", "-", stdin=json.dumps(GADGETS))
+    try:
+        assert _until(lambda: api.get("/apis/webhooks.pyk8s.io/v1beta1").status_code == 200)
+        rules = [{"apiGroups": ["webhooks.pyk8s.io"], "apiVersions": ["v1"], "resources": ["gadgets"],
+                  "operations": ["CREATE"]}]
+        make("mutating", "gadgets", webhook.client_config("/mutate"), rules=rules)
+
+        def mutated() -> dict[str, Any] | None:
+            body = {"apiVersion": "webhooks.pyk8s.io/v1beta1", "kind": "Gadget",
+                    "metadata": {"generateName": "g-"}, "spec": {"size": 1}}
+            r = api.post(f"/apis/webhooks.pyk8s.io/v1beta1/namespaces/{ns}/gadgets", json=body)
+            assert r.status_code == 201, r.text
+            return r.json() if (r.json()["metadata"].get("labels") or {}).get("mutated-by") else None
+
+        gadget = _until(mutated)
+        assert gadget is not None, "the webhook never saw the custom resource"
+        call = next(c for c in webhook.calls() if c["kind"] == "Gadget" and c["name"] == gadget["metadata"]["name"])
+        assert (call["version"], call["requestVersion"]) == ("v1", "v1beta1")
+        make("validating", "gadgets-exact", webhook.client_config("/validate"), matchPolicy="Exact",
+             rules=[{**rules[0], "operations": ["DELETE"]}])
+        r = api.post(f"/apis/webhooks.pyk8s.io/v1/namespaces/{ns}/gadgets", json={
+            "apiVersion": "webhooks.pyk8s.io/v1", "kind": "Gadget", "metadata": {"name": "kept", "labels": {
+                "protected": "true"}}})
+        assert r.status_code == 201
+
+        def refused() -> httpx.Response | None:
+            r = api.delete(f"/apis/webhooks.pyk8s.io/v1/namespaces/{ns}/gadgets/kept?dryRun=All")
+            return r if r.status_code == 400 else None
+
+        assert _until(refused) is not None, "the delete webhook never took effect"
+        # matchPolicy Exact: a delete through v1beta1 is not the v1 the rules name.
+        assert api.delete(f"/apis/webhooks.pyk8s.io/v1beta1/namespaces/{ns}/gadgets/kept").status_code == 200
+    finally:
+        api.delete("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gadgets.webhooks.pyk8s.io")

@@ -90,6 +90,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         review = json.loads(await _body(receive))
         req = review["request"]
         CALLS.append({"path": path, "operation": req["operation"], "kind": req["kind"]["kind"],
+                      "version": req["resource"]["version"], "requestVersion": req["requestResource"]["version"],
                       "name": req.get("name", ""), "namespace": req.get("namespace", ""),
                       "subResource": req.get("subResource", ""), "dryRun": req.get("dryRun"),
                       "user": req["userInfo"].get("username", ""), "hasOld": req.get("oldObject") is not None,
