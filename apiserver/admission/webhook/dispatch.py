@@ -88,7 +88,8 @@ class Dispatcher:
         """One webhook's checked answer; None when it is skipped (its conditions are false, or it failed
         open). A denial or a fail-closed failure raises the StatusError the client gets."""
         hook, ctx = call.hook, context.current()
-        body = review.request(a, call.seen_as, ctx.user)
+        version = review.review_version(hook.spec.get("admissionReviewVersions"))
+        body = review.request(a, call.seen_as, ctx.user, version)
         bound = log.bind(webhook=hook.name, configuration=hook.configuration, kind=a.resource.kind,
                          namespace=a.namespace, name=a.name, operation=a.operation)
         try:
@@ -103,7 +104,7 @@ class Dispatcher:
             where = self.resolver.resolve(hook.spec.get("clientConfig") or {}, hook.timeout)
             ca = str((hook.spec.get("clientConfig") or {}).get("caBundle") or "")
             answer = await self.client.post(where, ca, orjson.dumps(body), hook.timeout)
-            result = review.verdict(answer, body["request"]["uid"])
+            result = review.verdict(answer, body["request"]["uid"], version)
             if result.patch and not self.mutating:
                 raise review.BadResponse("validating webhook may not return a patch")
         except (CallError, ResolveError, review.BadResponse) as exc:

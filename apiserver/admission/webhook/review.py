@@ -16,6 +16,13 @@ from services.auth.identity import UserInfo
 Obj = dict[str, Any]
 
 API_VERSION = "admission.k8s.io/v1"
+#: the AdmissionReview versions pyk8s speaks (v1beta1's request and response have v1's fields)
+VERSIONS = {"v1": API_VERSION, "v1beta1": "admission.k8s.io/v1beta1"}
+
+
+def review_version(preferred: list[str] | None) -> str:
+    """The first of a webhook's admissionReviewVersions the apiserver speaks, as upstream picks it."""
+    return next((VERSIONS[v] for v in preferred or () if v in VERSIONS), API_VERSION)
 _OPTIONS_KIND = {CREATE: "CreateOptions", UPDATE: "UpdateOptions", DELETE: "DeleteOptions"}
 
 
@@ -33,7 +40,7 @@ def _user(user: UserInfo | None) -> Obj:
     return user.to_dict()
 
 
-def request(a: Attributes, seen_as: Resource, user: UserInfo | None) -> Obj:
+def request(a: Attributes, seen_as: Resource, user: UserInfo | None, api_version: str = API_VERSION) -> Obj:
     """The AdmissionReview a webhook gets; `seen_as` is the resource its rules matched (an equivalent one
     under matchPolicy Equivalent), the request's own is in requestKind/requestResource."""
     options: Obj | None = None
@@ -61,7 +68,7 @@ def request(a: Attributes, seen_as: Resource, user: UserInfo | None) -> Obj:
         req["requestSubResource"] = a.subresource
     if a.namespace:
         req["namespace"] = a.namespace
-    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "request": req}
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "request": req}
 
 
 @dataclass
@@ -80,12 +87,12 @@ class BadResponse(Exception):
     """The answer is not an AdmissionReview for this request (upstream treats it as a failed call)."""
 
 
-def verdict(answer: Any, uid: str) -> Verdict:
-    """Upstream's VerifyAdmissionResponse for a v1 review."""
+def verdict(answer: Any, uid: str, api_version: str = API_VERSION) -> Verdict:
+    """Upstream's VerifyAdmissionResponse for a review of `api_version`."""
     if not isinstance(answer, dict):
         raise BadResponse("received invalid webhook response: expected an object")
-    if answer.get("apiVersion") != API_VERSION or answer.get("kind") != "AdmissionReview":
-        raise BadResponse(f"expected webhook response of {API_VERSION}, Kind=AdmissionReview, got "
+    if answer.get("apiVersion") != api_version or answer.get("kind") != "AdmissionReview":
+        raise BadResponse(f"expected webhook response of {api_version}, Kind=AdmissionReview, got "
                           f"{answer.get('apiVersion') or ''}, Kind={answer.get('kind') or ''}")
     response = answer.get("response")
     if not isinstance(response, dict):

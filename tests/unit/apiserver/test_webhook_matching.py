@@ -123,6 +123,9 @@ def test_answers_and_denials() -> None:
         review.verdict({**ok, "apiVersion": "admission.k8s.io/v1beta2"}, "u")
     with pytest.raises(review.BadResponse, match="patchType"):
         review.verdict({**ok, "response": {"uid": "u", "allowed": True, "patch": "W10="}}, "u")
+    assert review.review_version(["v1beta1", "v1"]) == "admission.k8s.io/v1beta1"
+    assert review.review_version(["v2", "v1"]) == "admission.k8s.io/v1"
+    assert review.verdict({**ok, "apiVersion": "admission.k8s.io/v1beta1"}, "u", "admission.k8s.io/v1beta1").allowed
     err = review.denied("h.pyk8s.io", {"code": 200, "message": "no"})
     assert err.code == 400 and err.message == 'admission webhook "h.pyk8s.io" denied the request: no'
     assert "reason" not in err.to_status()
