@@ -276,6 +276,11 @@ def test_failure_policy_and_timeout(
     assert r.json() == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                         "message": f"Internal error occurred: {text}", "reason": "InternalError",
                         "details": {"causes": [{"message": text}]}, "code": 500}
+    metrics = api.get("/metrics").text
+    assert 'apiserver_admission_webhook_fail_open_count_total{name="slow-ignored.webhooks.pyk8s.io",' \
+           'type="validating"}' in metrics
+    assert 'apiserver_admission_webhook_rejection_count_total{error_type="calling_webhook_error",' \
+           f'name="{name}",operation="CREATE",rejection_code="500",type="validating"}}' in metrics
 
     def refused_by_closed_port() -> subprocess.CompletedProcess[str] | None:
         out = kubectl.run("create", "configmap", "-n", ns, f"cm-{uuid.uuid4().hex[:6]}", check=False)

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import structlog
+from prometheus_client import Counter, Histogram
 
 from apiserver.admission import context
 from apiserver.admission.interfaces import Attributes, PluginConfig
@@ -32,6 +34,19 @@ log = structlog.get_logger("admission.webhook")
 Obj = dict[str, Any]
 
 _SIDE_EFFECT_FREE_ON_DRY_RUN = ("None", "NoneOnDryRun")
+
+#: upstream's webhook metrics (k8s.io/apiserver/pkg/admission/metrics), same names, labels and buckets
+DURATION = Histogram("apiserver_admission_webhook_admission_duration_seconds",
+                     "Admission webhook latency in seconds, identified by name and broken out for each operation "
+                     "and API resource and type (validate or admit).", ["name", "type", "operation", "rejected"],
+                     buckets=(0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 10, 25))
+REJECTIONS = Counter("apiserver_admission_webhook_rejection_count",
+                     "Admission webhook rejection count, identified by name and broken out for each admission type "
+                     "(validating or admit) and operation.", ["name", "type", "operation", "error_type",
+                                                              "rejection_code"])
+FAIL_OPEN = Counter("apiserver_admission_webhook_fail_open_count",
+                    "Admission webhook fail open count, identified by name and broken out for each admission type "
+                    "(validating or mutating).", ["name", "type"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +102,21 @@ class Dispatcher:
     async def _call(self, call: _Call, a: Attributes, round_: int) -> review.Verdict | None:
         """One webhook's checked answer; None when it is skipped (its conditions are false, or it failed
         open). A denial or a fail-closed failure raises the StatusError the client gets."""
+        started = time.perf_counter()
+        kind = "admit" if self.mutating else "validating"
+        rejected = "false"
+        try:
+            return await self._call_once(call, a, round_)
+        except errors.StatusError as exc:
+            rejected = "true"
+            error_type = "calling_webhook_error" if exc.reason == "InternalError" else "no_error"
+            REJECTIONS.labels(call.hook.name, kind, a.operation, error_type, str(exc.code)).inc()
+            raise
+        finally:
+            DURATION.labels(call.hook.name, "admit" if self.mutating else "validate", a.operation,
+                            rejected).observe(time.perf_counter() - started)
+
+    async def _call_once(self, call: _Call, a: Attributes, round_: int) -> review.Verdict | None:
         hook, ctx = call.hook, context.current()
         version = review.review_version(hook.spec.get("admissionReviewVersions"))
         body = review.request(a, call.seen_as, ctx.user, version)
@@ -112,6 +142,7 @@ class Dispatcher:
                 f"failed to call webhook: Post \"{_shown(hook)}\": {exc}"
             if hook.failure_policy == "Ignore":
                 bound.warning("webhook failed, failing open", error=why)
+                FAIL_OPEN.labels(hook.name, self.phase).inc()
                 ctx.annotate(f"failed-open.{self.phase}.webhook.admission.k8s.io/round_{round_}_index_{call.index}",
                              hook.name)
                 return None
