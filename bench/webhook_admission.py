@@ -1,8 +1,9 @@
 """Admission webhook benchmark: what one webhook adds to a create, and what the webhook plugins cost when
 no webhook is configured.
 
-Starts its own etcd, two apiservers (one as shipped, one with MutatingAdmissionWebhook and
-ValidatingAdmissionWebhook disabled, i.e. the chain before the plugins existed) and the tests' HTTPS
+Starts its own etcd, two apiservers (one as shipped, one with MutatingAdmissionWebhook,
+ValidatingAdmissionPolicy and ValidatingAdmissionWebhook disabled, i.e. the chain before the plugins
+existed) and the tests' HTTPS
 webhook process behind a Service and EndpointSlice. Sequential pod creates from one keep-alive client,
 in interleaved rounds so the machine's load hits every case alike; prints p50/p90 per case.
 Run: python bench/webhook_admission.py [--creates 200] [--rounds 5]
@@ -28,7 +29,13 @@ from services.runtime.pki import create_ca, issue_serving_cert  # noqa: E402
 from tests.conftest import REPO, free_port, start_apiserver, start_etcd_cluster  # noqa: E402
 
 NS = "bench-webhooks"
-PLUGINS = "MutatingAdmissionWebhook,ValidatingAdmissionWebhook"
+PLUGINS = "MutatingAdmissionWebhook,ValidatingAdmissionPolicy,ValidatingAdmissionWebhook"
+POLICY = {"metadata": {"name": "bench-policy"}, "spec": {
+    "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                                            "operations": ["CREATE"]}]},
+    "validations": [{"expression": "object.spec.containers.all(c, !c.image.endsWith(':latest'))"}]}}
+BINDING = {"metadata": {"name": "bench-policy"}, "spec": {"policyName": "bench-policy",
+                                                          "validationActions": ["Deny"]}}
 
 
 def pct(values: list[float], p: float) -> float:
@@ -102,7 +109,8 @@ def main() -> None:
     without = start_apiserver([members[0].client_url], workdir / "without", f"--disable-admission-plugins={PLUGINS}")
     proc, port, ca = start_webhook(workdir)
     results: dict[str, list[float]] = {k: [] for k in ("plugins off", "plugins on, no webhook",
-                                                       "one validating webhook", "one mutating webhook")}
+                                                       "one validating webhook", "one mutating webhook",
+                                                       "one validating policy")}
     try:
         with httpx.Client(base_url=shipped.url, timeout=30) as api, \
                 httpx.Client(base_url=without.url, timeout=30) as off:
@@ -121,6 +129,14 @@ def main() -> None:
                 wait_active(api, "test-webhook")
                 results["one mutating webhook"] += creates(api, args.creates, f"mut-{r}")
                 api.delete(f"{collection}/{body['metadata']['name']}")
+                policies = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+                bindings = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+                api.post(policies, json=POLICY)
+                api.post(bindings, json=BINDING)
+                time.sleep(0.5)
+                results["one validating policy"] += creates(api, args.creates, f"pol-{r}")
+                api.delete(f"{bindings}/bench-policy")
+                api.delete(f"{policies}/bench-policy")
                 time.sleep(0.5)
     finally:
         proc.kill()
