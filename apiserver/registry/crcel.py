@@ -990,8 +990,21 @@ def check_expression(text: str, variables: frozenset[str], want: str = "bool") -
 
 
 def admission_value(value: Any) -> Any:
-    """A JSON value (an object, a request) as an admission expression sees it."""
-    return to_cel(_UNTYPED, value, _Budget())
+    """A JSON value (an object, a request) as an admission expression sees it: no schema to consult,
+    so a direct walk (several times cheaper than `to_cel`, on every admitted write)."""
+    if isinstance(value, str):
+        return celtypes.StringType(value)
+    if isinstance(value, dict):
+        return celtypes.MapType({celtypes.StringType(k): admission_value(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return celtypes.ListType([admission_value(v) for v in value])
+    if isinstance(value, bool):
+        return celtypes.BoolType(value)
+    if isinstance(value, int):
+        return celtypes.IntType(value) if -(2**63) <= value < 2**63 else celtypes.DoubleType(float(value))
+    if isinstance(value, float):
+        return celtypes.DoubleType(value)
+    return None
 
 
 def evaluate(program: Program, activation: dict[str, Any]) -> tuple[Any, str | None]:

@@ -185,7 +185,7 @@ class ValidatingAdmissionPolicy(ValidationInterface):
         decisions.append(_Decision(policy.name, binding, message, "Invalid", -1, actions))
 
     async def _activation(self, a: Attributes, seen_as: Resource, user: Any) -> dict[str, Any]:
-        request = review.request(a, seen_as, user)["request"]
+        request = review.cel_request(review.request(a, seen_as, user))
         namespace = await namespace_object(self.config, a.namespace) if a.namespace and a.resource.namespaced \
             else None
         return {"object": crcel.admission_value(a.obj), "oldObject": crcel.admission_value(a.old),

@@ -125,7 +125,7 @@ class Dispatcher:
         try:
             if hook.conditions:
                 activation = {"object": crcel.admission_value(a.obj), "oldObject": crcel.admission_value(a.old),
-                              "request": crcel.admission_value(body["request"])}
+                              "request": crcel.admission_value(review.cel_request(body))}
                 try:
                     if not matching.conditions_hold(hook.conditions, activation):
                         return None

@@ -40,6 +40,12 @@ def _user(user: UserInfo | None) -> Obj:
     return user.to_dict()
 
 
+def cel_request(review: Obj) -> Obj:
+    """The `request` variable of admission CEL: the AdmissionRequest without the objects, which CEL has
+    as `object` and `oldObject`, as upstream's CreateAdmissionRequest leaves them out."""
+    return {k: v for k, v in review["request"].items() if k not in ("object", "oldObject")}
+
+
 def request(a: Attributes, seen_as: Resource, user: UserInfo | None, api_version: str = API_VERSION) -> Obj:
     """The AdmissionReview a webhook gets; `seen_as` is the resource its rules matched (an equivalent one
     under matchPolicy Equivalent), the request's own is in requestKind/requestResource."""
