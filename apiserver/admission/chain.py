@@ -156,6 +156,12 @@ class ResourceChain:
             a = Attributes(self.resource, operation, obj, old, subresource, dry_run)
             for plugin in plugins:
                 await plugin.admit(a)
+            if a.reinvocation.requested:
+                # Upstream's reinvoker: once a webhook changed the object, every mutating plugin runs once
+                # more on it (the webhooks only where their reinvocationPolicy is IfNeeded).
+                a.reinvocation.again = True
+                for plugin in plugins:
+                    await plugin.admit(a)
 
     async def validate(self, operation: str, obj: Obj | None, old: Obj | None, subresource: str,
                        dry_run: bool) -> None:

@@ -9,7 +9,7 @@ the validating ones after, just before it is stored, each phase in upstream's pl
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from services.api.catalog import Catalog, Resource
@@ -28,6 +28,17 @@ OPERATIONS = (CREATE, UPDATE, DELETE, CONNECT)
 
 
 @dataclass(slots=True)
+class Reinvocation:
+    """Upstream's reinvocation context: a plugin asks for the mutating chain to run once more (a webhook
+    changed the object, so the built-in plugins see it again), and keeps what it needs between the runs."""
+
+    requested: bool = False
+    #: the second run is under way
+    again: bool = False
+    memory: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class Attributes:
     """One write as the plugins see it (upstream's admission.Attributes)."""
 
@@ -38,6 +49,7 @@ class Attributes:
     old: Obj | None = None
     subresource: str = ""
     dry_run: bool = False
+    reinvocation: Reinvocation = field(default_factory=Reinvocation)
 
     @property
     def name(self) -> str:

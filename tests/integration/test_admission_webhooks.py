@@ -336,6 +336,7 @@ def test_deletes_subresources_and_reinvocation(
          operations=("DELETE", "UPDATE"))
     make("mutating", "a-stamp", webhook.client_config("/stamp"), reinvocationPolicy="IfNeeded")
     make("mutating", "b-label", webhook.client_config("/label-later"))
+    make("mutating", "c-strip", webhook.client_config("/strip-tolerations"))
     r = api.post(f"/api/v1/namespaces/{ns}/configmaps",
                  json={"metadata": {"name": "keep", "labels": {"protected": "true"}}})
     assert r.status_code == 201
@@ -360,6 +361,10 @@ def test_deletes_subresources_and_reinvocation(
 
     meta = _until(stamped)
     assert meta is not None, "the reinvoked webhook never saw the later label"
+    # The webhooks changed the pod, so the built-in plugins ran once more: DefaultTolerationSeconds put back
+    # the tolerations the last webhook took away.
+    tolerations = api.get(f"/api/v1/namespaces/{ns}/pods/{meta['name']}").json()["spec"]["tolerations"]
+    assert {t["key"] for t in tolerations} == {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
 
     # pods/status goes through the webhooks as a subresource (the guard does not see pod creates).
     r = api.post(f"/api/v1/namespaces/{ns}/pods", json=_pod("flagged", bad="true"))

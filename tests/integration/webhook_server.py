@@ -7,6 +7,7 @@ that answers AdmissionReview v1 as webhooks in the wild do. What it does depends
   labelled `protected=true`, allows the rest;
 - `/stamp`: annotates the object with the sorted keys of its labels (for reinvocation);
 - `/label-later`: labels the object `added-later=yes`;
+- `/strip-tolerations`: empties a pod's tolerations (which a built-in plugin then puts back);
 - `/slow`: answers after 5 s (for timeouts);
 - `/garbage`: answers something that is not an AdmissionReview.
 
@@ -62,6 +63,8 @@ async def _answer(path: str, req: dict[str, Any]) -> dict[str, Any]:
         op = {"op": "add", "path": "/metadata/annotations", "value": {"stamp": stamp}} if not annotations else \
             {"op": "add", "path": "/metadata/annotations/stamp", "value": stamp}
         out.update(_patch([op]))
+    elif path == "/strip-tolerations" and obj is not None:
+        out.update(_patch([{"op": "add", "path": "/spec/tolerations", "value": []}]))
     elif path == "/label-later" and obj is not None:
         out.update(_patch(_add_label(obj, "added-later", "yes")))
     elif path == "/slow":

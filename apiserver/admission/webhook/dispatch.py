@@ -157,28 +157,35 @@ class Dispatcher:
         return result
 
     async def mutate(self, a: Attributes) -> None:
-        """Call the matching mutating webhooks in order and apply their patches to `a.obj`."""
+        """Call the matching mutating webhooks in order and apply their patches to `a.obj`. When the chain
+        runs again (a webhook changed the object), call only the IfNeeded webhooks that saw an object
+        something changed since."""
         hooks = self.source.webhooks()
         if not hooks or a.obj is None:
             return
         calls = await self._selected(hooks, a)
         if not calls:
             return
+        ctx = context.current()
+        reinvocation = a.reinvocation
+        if reinvocation.again:
+            seen: dict[int, bytes] = reinvocation.memory.get(self.phase) or {}
+            now = orjson.dumps(a.obj) if seen else b""
+            for call in calls:
+                if call.index in seen and seen[call.index] != now:
+                    await self._mutate_once(call, a, 1, ctx)
+            return
         self._refuse_dry_run(calls, a)
         # Upstream decodes (and so defaults) a request before admission: webhooks see a defaulted object.
         strategy_for(a.resource).defaults(a.obj)
-        ctx = context.current()
         after: dict[int, bytes] = {}
         for call in calls:
             changed = await self._mutate_once(call, a, 0, ctx)
+            if changed:
+                reinvocation.requested = True
             if call.hook.reinvoke_if_needed and changed is not None:
                 after[call.index] = orjson.dumps(a.obj)
-        if not after:
-            return
-        now = orjson.dumps(a.obj)
-        for call in calls:
-            if call.index in after and after[call.index] != now:
-                await self._mutate_once(call, a, 1, ctx)
+        reinvocation.memory[self.phase] = after
 
     async def _mutate_once(self, call: _Call, a: Attributes, round_: int,
                            ctx: context.RequestContext) -> bool | None:
