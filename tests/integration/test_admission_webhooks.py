@@ -602,6 +602,8 @@ def test_webhooks_on_custom_resources_and_equivalent_versions(
         assert gadget is not None, "the webhook never saw the custom resource"
         call = next(c for c in webhook.calls() if c["kind"] == "Gadget" and c["name"] == gadget["metadata"]["name"])
         assert (call["version"], call["requestVersion"]) == ("v1", "v1beta1")
+        # The webhook got the object in the version its rules name; the client gets its own back, patched.
+        assert call["objectVersion"] == "webhooks.pyk8s.io/v1" and gadget["apiVersion"] == "webhooks.pyk8s.io/v1beta1"
         make("validating", "gadgets-exact", webhook.client_config("/validate"), matchPolicy="Exact",
              rules=[{**rules[0], "operations": ["DELETE"]}])
         r = api.post(f"/apis/webhooks.pyk8s.io/v1/namespaces/{ns}/gadgets", json={

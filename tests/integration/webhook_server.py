@@ -94,6 +94,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         req = review["request"]
         CALLS.append({"path": path, "operation": req["operation"], "kind": req["kind"]["kind"],
                       "version": req["resource"]["version"], "requestVersion": req["requestResource"]["version"],
+                      "objectVersion": (req.get("object") or req.get("oldObject") or {}).get("apiVersion"),
                       "name": req.get("name", ""), "namespace": req.get("namespace", ""),
                       "subResource": req.get("subResource", ""), "dryRun": req.get("dryRun"),
                       "user": req["userInfo"].get("username", ""), "hasOld": req.get("oldObject") is not None,

@@ -185,11 +185,13 @@ class ValidatingAdmissionPolicy(ValidationInterface):
         decisions.append(_Decision(policy.name, binding, message, "Invalid", -1, actions))
 
     async def _activation(self, a: Attributes, seen_as: Resource, user: Any) -> dict[str, Any]:
-        request = review.cel_request(review.request(a, seen_as, user))
+        body = review.request(a, seen_as, user, catalog=self.config.catalog)
         namespace = await namespace_object(self.config, a.namespace) if a.namespace and a.resource.namespaced \
             else None
-        return {"object": crcel.admission_value(a.obj), "oldObject": crcel.admission_value(a.old),
-                "request": crcel.admission_value(request), "namespaceObject": crcel.admission_value(namespace)}
+        return {"object": crcel.admission_value(body["request"]["object"]),
+                "oldObject": crcel.admission_value(body["request"]["oldObject"]),
+                "request": crcel.admission_value(review.cel_request(body)),
+                "namespaceObject": crcel.admission_value(namespace)}
 
     @staticmethod
     def _enforce(decisions: list[_Decision], a: Attributes, ctx: context.RequestContext) -> None:

@@ -119,7 +119,7 @@ class Dispatcher:
     async def _call_once(self, call: _Call, a: Attributes, round_: int) -> review.Verdict | None:
         hook, ctx = call.hook, context.current()
         version = review.review_version(hook.spec.get("admissionReviewVersions"))
-        body = review.request(a, call.seen_as, ctx.user, version)
+        body = review.request(a, call.seen_as, ctx.user, version, self.config.catalog)
         bound = log.bind(webhook=hook.name, configuration=hook.configuration, kind=a.resource.kind,
                          namespace=a.namespace, name=a.name, operation=a.operation)
         try:
@@ -135,6 +135,7 @@ class Dispatcher:
             ca = str((hook.spec.get("clientConfig") or {}).get("caBundle") or "")
             answer = await self.client.post(where, ca, orjson.dumps(body), hook.timeout)
             result = review.verdict(answer, body["request"]["uid"], version)
+            result.sent = body["request"]["object"]
             if result.patch and not self.mutating:
                 raise review.BadResponse("validating webhook may not return a patch")
         except (CallError, ResolveError, review.BadResponse) as exc:
@@ -195,25 +196,31 @@ class Dispatcher:
             return None
         mutated = False
         if result.patch:
-            mutated = self._apply(call.hook, a, result.patch)
+            mutated = self._apply(call, a, result)
         ctx.annotate(f"mutation.webhook.admission.k8s.io/round_{round_}_index_{call.index}",
                      orjson.dumps({"configuration": call.hook.configuration, "webhook": call.hook.name,
                                    "mutated": mutated}).decode())
         return mutated
 
-    @staticmethod
-    def _apply(hook: Webhook, a: Attributes, patch: str) -> bool:
-        """Apply a webhook's base64 JSONPatch to `a.obj` in place; upstream answers a bad patch with a 500."""
-        obj = a.obj if a.obj is not None else {}
+    def _apply(self, call: _Call, a: Attributes, result: review.Verdict) -> bool:
+        """Apply a webhook's base64 JSONPatch to the object it was sent and put the outcome, in the version
+        `a.obj` is in, into `a.obj`; upstream answers a bad patch with a 500."""
+        hook, obj = call.hook, a.obj if a.obj is not None else {}
+        sent = result.sent if result.sent is not None else obj
         try:
-            operations = orjson.loads(base64.b64decode(patch))
-            patched = json_patch(obj, operations)
+            operations = orjson.loads(base64.b64decode(result.patch))
+            patched = json_patch(sent, operations)
         except (ValueError, orjson.JSONDecodeError, PatchError) as exc:
             raise errors.internal(f'admission webhook "{hook.name}" returned an invalid patch: {exc}') from exc
         if not isinstance(patched, dict):
             raise errors.internal(f'admission webhook "{hook.name}" returned a patch that is not an object')
-        if patched == obj:
+        if patched == sent:
             return False
+        if sent is not obj:
+            form = self.config.catalog.by_kind(str(obj.get("apiVersion")), str(obj.get("kind"))) \
+                if self.config.catalog is not None else None
+            if form is not None:
+                patched = review.in_version(patched, form, self.config.catalog) or patched
         obj.clear()
         obj.update(patched)
         return True

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apiserver.admission.interfaces import CREATE, DELETE, UPDATE, Attributes
+from apiserver.registry import conversion
 from services.api import errors
-from services.api.catalog import Resource
+from services.api.catalog import Catalog, Resource
 from services.auth.identity import UserInfo
 
 Obj = dict[str, Any]
@@ -40,15 +41,28 @@ def _user(user: UserInfo | None) -> Obj:
     return user.to_dict()
 
 
+def in_version(obj: Obj | None, res: Resource, catalog: Catalog | None) -> Obj | None:
+    """`obj` as `res`'s version serves it: under matchPolicy Equivalent a webhook or policy gets the
+    version its rules name, whichever version the client wrote (or the store keeps)."""
+    if obj is None or catalog is None or obj.get("apiVersion") == res.api_version:
+        return obj
+    current = catalog.by_kind(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
+    if current is None or current.etcd_prefix != res.etcd_prefix:
+        return obj
+    return conversion.from_storage(res, conversion.to_storage(current, obj))
+
+
 def cel_request(review: Obj) -> Obj:
     """The `request` variable of admission CEL: the AdmissionRequest without the objects, which CEL has
     as `object` and `oldObject`, as upstream's CreateAdmissionRequest leaves them out."""
     return {k: v for k, v in review["request"].items() if k not in ("object", "oldObject")}
 
 
-def request(a: Attributes, seen_as: Resource, user: UserInfo | None, api_version: str = API_VERSION) -> Obj:
+def request(a: Attributes, seen_as: Resource, user: UserInfo | None, api_version: str = API_VERSION,
+            catalog: Catalog | None = None) -> Obj:
     """The AdmissionReview a webhook gets; `seen_as` is the resource its rules matched (an equivalent one
-    under matchPolicy Equivalent), the request's own is in requestKind/requestResource."""
+    under matchPolicy Equivalent, the objects converted to it), the request's own is in
+    requestKind/requestResource."""
     options: Obj | None = None
     kind = _OPTIONS_KIND.get(a.operation)
     if kind is not None:
@@ -64,8 +78,8 @@ def request(a: Attributes, seen_as: Resource, user: UserInfo | None, api_version
         "name": a.name if a.operation != CREATE or (a.obj or {}).get("metadata", {}).get("name") else "",
         "operation": a.operation,
         "userInfo": _user(user),
-        "object": a.obj,
-        "oldObject": a.old,
+        "object": in_version(a.obj, seen_as, catalog),
+        "oldObject": in_version(a.old, seen_as, catalog),
         "dryRun": a.dry_run,
         "options": options,
     }
@@ -87,6 +101,8 @@ class Verdict:
     patch_type: str = ""
     warnings: list[str] = field(default_factory=list)
     audit_annotations: dict[str, str] = field(default_factory=dict)
+    #: the object the webhook was sent (what its patch applies to)
+    sent: Obj | None = None
 
 
 class BadResponse(Exception):

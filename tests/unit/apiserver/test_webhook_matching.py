@@ -72,8 +72,16 @@ def test_match_policy_equivalent_finds_the_other_version() -> None:
     seen = matching.matched_resource(v2_only, "Equivalent", a, catalog)
     assert seen is not None and seen.version == "v2"
     assert matching.matched_resource(v2_only, "Exact", a, catalog) is None
-    body = review.request(a, seen, None)["request"]
+    hpa = {"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+           "metadata": {"name": "h", "namespace": "ns"},
+           "spec": {"maxReplicas": 3, "targetCPUUtilizationPercentage": 50,
+                    "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d"}}}
+    a = Attributes(v1, CREATE, hpa)
+    body = review.request(a, seen, None, catalog=catalog)["request"]
     assert body["resource"]["version"] == "v2" and body["requestResource"]["version"] == "v1"
+    # The object is sent as the version the rules name.
+    assert body["object"]["apiVersion"] == "autoscaling/v2"
+    assert body["object"]["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"] == 50
 
 
 def test_selectors() -> None:
