@@ -134,9 +134,10 @@ def fuzz_server(fuzz_etcd: str, workdir: Path) -> Iterator[APIServerProcess]:
 
 
 #: what the apiserver itself writes in the background, as upstream's does: the flowcontrol Dangling
-#: conditions and a CRD's status after an example changed one of those objects
+#: conditions, a CRD's status and a ValidatingAdmissionPolicy's type-checking status after an example
+#: changed one of those objects
 _BACKGROUND = ("/registry/flowschemas/", "/registry/prioritylevelconfigurations/",
-               "/registry/apiextensions.k8s.io/customresourcedefinitions/")
+               "/registry/apiextensions.k8s.io/customresourcedefinitions/", "/registry/validatingadmissionpolicies/")
 
 
 @dataclass
