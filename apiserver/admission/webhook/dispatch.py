@@ -65,6 +65,8 @@ class Dispatcher:
         self.config = config
         self.mutating = mutating
         self.phase = "mutating" if mutating else "validating"
+        #: the step type upstream's metrics label the webhook calls with
+        self.step = "admit" if mutating else "validating"
         self.source = ConfigurationSource(config.cache, config.root, plural, mutating)
         self.resolver = ServiceResolver(config.cache, config.root)
         self.client = WebhookClient()
@@ -103,18 +105,16 @@ class Dispatcher:
         """One webhook's checked answer; None when it is skipped (its conditions are false, or it failed
         open). A denial or a fail-closed failure raises the StatusError the client gets."""
         started = time.perf_counter()
-        kind = "admit" if self.mutating else "validating"
         rejected = "false"
         try:
             return await self._call_once(call, a, round_)
         except errors.StatusError as exc:
             rejected = "true"
             error_type = "calling_webhook_error" if exc.reason == "InternalError" else "no_error"
-            REJECTIONS.labels(call.hook.name, kind, a.operation, error_type, str(exc.code)).inc()
+            REJECTIONS.labels(call.hook.name, self.step, a.operation, error_type, str(exc.code)).inc()
             raise
         finally:
-            DURATION.labels(call.hook.name, "admit" if self.mutating else "validate", a.operation,
-                            rejected).observe(time.perf_counter() - started)
+            DURATION.labels(call.hook.name, self.step, a.operation, rejected).observe(time.perf_counter() - started)
 
     async def _call_once(self, call: _Call, a: Attributes, round_: int) -> review.Verdict | None:
         hook, ctx = call.hook, context.current()
@@ -124,7 +124,9 @@ class Dispatcher:
                          namespace=a.namespace, name=a.name, operation=a.operation)
         try:
             if hook.conditions:
-                activation = {"object": crcel.admission_value(a.obj), "oldObject": crcel.admission_value(a.old),
+                sent = body["request"]
+                activation = {"object": crcel.admission_value(sent["object"]),
+                              "oldObject": crcel.admission_value(sent["oldObject"]),
                               "request": crcel.admission_value(review.cel_request(body))}
                 try:
                     if not matching.conditions_hold(hook.conditions, activation):
@@ -143,7 +145,7 @@ class Dispatcher:
                 f"failed to call webhook: Post \"{_shown(hook)}\": {exc}"
             if hook.failure_policy == "Ignore":
                 bound.warning("webhook failed, failing open", error=why)
-                FAIL_OPEN.labels(hook.name, self.phase).inc()
+                FAIL_OPEN.labels(hook.name, self.step).inc()
                 ctx.annotate(f"failed-open.{self.phase}.webhook.admission.k8s.io/round_{round_}_index_{call.index}",
                              hook.name)
                 return None
@@ -238,9 +240,6 @@ class Dispatcher:
         for outcome in results:
             if isinstance(outcome, BaseException):
                 raise outcome
-
-    async def close(self) -> None:
-        await self.client.close()
 
 
 def _shown(hook: Webhook) -> str:
