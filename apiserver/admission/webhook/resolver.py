@@ -8,7 +8,9 @@ serving certificate names.
 
 from __future__ import annotations
 
+import bisect
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -50,6 +52,20 @@ class ServiceResolver:
         store = self.cache.resources.get(prefix)
         return store.entries if store is not None else {}
 
+    def _namespace_slices(self, namespace: str) -> Iterator[Obj]:
+        """The namespace's EndpointSlices, found by range in the cache's sorted keys (not by a scan of all)."""
+        store = self.cache.resources.get(self.slices)
+        if store is None:
+            return
+        prefix = f"{self.slices}{namespace}/"
+        keys = store.sorted_keys()
+        for i in range(bisect.bisect_left(keys, prefix), len(keys)):
+            if not keys[i].startswith(prefix):
+                return
+            entry = store.entries.get(keys[i])
+            if entry is not None:
+                yield entry.obj
+
     def resolve(self, client_config: Obj, timeout: int) -> Location:
         query = f"timeout={timeout}s"
         url = client_config.get("url")
@@ -77,11 +93,7 @@ class ServiceResolver:
             raise ResolveError(f'no service port {port} found for service "{name}"')
         port_name = svc_port.get("name") or ""
         candidates: list[str] = []
-        prefix = f"{self.slices}{namespace}/"
-        for key, slice_entry in self._entries(self.slices).items():
-            if not key.startswith(prefix):
-                continue
-            es = slice_entry.obj
+        for es in self._namespace_slices(namespace):
             if ((es.get("metadata") or {}).get("labels") or {}).get(SERVICE_NAME_LABEL) != name:
                 continue
             target = next((p.get("port") for p in es.get("ports") or [] if (p.get("name") or "") == port_name),

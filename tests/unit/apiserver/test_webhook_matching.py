@@ -13,7 +13,9 @@ import pytest
 from apiserver.admission.interfaces import CREATE, DELETE, UPDATE, Attributes, PluginConfig
 from apiserver.admission.webhook import matching, review
 from apiserver.admission.webhook.dispatch import Dispatcher
+from apiserver.admission.webhook.resolver import ResolveError, ServiceResolver
 from apiserver.admission.webhook.source import ConfigurationSource, _compile
+from apiserver.storage.cache import Entry, ResourceCache
 from services.api.catalog import BUILTIN, Catalog
 from services.api.errors import StatusError
 
@@ -169,3 +171,43 @@ def test_source_rebuilds_only_when_the_cache_changed() -> None:
     entries["j"] = SimpleNamespace(obj={"metadata": {"name": "a"}, "webhooks": [hook(name="a.pyk8s.io").spec]})
     store.history.append(SimpleNamespace(revision=5))
     assert [h.name for h in source.webhooks()] == ["a.pyk8s.io", "h.pyk8s.io"]
+
+
+def _cache(objects: dict[str, list[dict[str, Any]]]) -> Any:
+    resources = {}
+    for prefix, objs in objects.items():
+        store = ResourceCache(prefix)
+        for obj in objs:
+            meta = obj["metadata"]
+            store.entries[f"{prefix}{meta['namespace']}/{meta['name']}"] = Entry(obj, 1)
+        resources[prefix] = store
+    return SimpleNamespace(resources=resources)
+
+
+def test_service_resolution_through_endpointslices() -> None:
+    svc = {"metadata": {"name": "hook", "namespace": "ns"}, "spec": {"ports": [{"name": "https", "port": 443}]}}
+    ext = {"metadata": {"name": "ext", "namespace": "ns"}, "spec": {"type": "ExternalName",
+                                                                    "externalName": "hooks.example.com"}}
+
+    def es(name: str, ns: str, service: str, ready: bool, address: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": ns, "labels": {"kubernetes.io/service-name": service}},
+                "ports": [{"name": "https", "port": 8443}],
+                "endpoints": [{"addresses": [address], "conditions": {"ready": ready}}]}
+
+    cache = _cache({"/r/services/specs/": [svc, ext], "/r/endpointslices/": [
+        es("a", "ns", "hook", False, "10.0.0.1"), es("b", "ns", "hook", True, "10.0.0.2"),
+        es("c", "other", "hook", True, "10.9.9.9"), es("d", "ns", "else", True, "10.0.0.3")]})
+    resolver = ServiceResolver(cache, "/r/")  # type: ignore[arg-type]
+    where = resolver.resolve({"service": {"namespace": "ns", "name": "hook", "path": "/m"}}, 5)
+    assert (where.url, where.shown, where.server_name) == ("https://10.0.0.2:8443/m?timeout=5s",
+                                                           "https://hook.ns.svc:443/m?timeout=5s", "hook.ns.svc")
+    assert resolver.resolve({"service": {"namespace": "ns", "name": "ext"}}, 5).url == \
+        "https://hooks.example.com:443/?timeout=5s"
+    for ref, message in ((("ns", "gone", 443), 'service "gone" not found'),
+                         (("ns", "hook", 444), 'no service port 444 found for service "hook"')):
+        with pytest.raises(ResolveError, match=message):
+            resolver.resolve({"service": {"namespace": ref[0], "name": ref[1], "port": ref[2]}}, 5)
+    quiet = _cache({"/r/services/specs/": [svc], "/r/endpointslices/": [es("a", "ns", "hook", False, "10.0.0.1")]})
+    with pytest.raises(ResolveError, match='no endpoints available for service "hook"'):
+        ServiceResolver(quiet, "/r/").resolve({"service": {"namespace": "ns", "name": "hook"}}, 5)  # type: ignore[arg-type]
+    assert resolver.resolve({"url": "https://h.example.com/x"}, 7).url == "https://h.example.com/x?timeout=7s"
