@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ import structlog
 from prometheus_client import Counter, Histogram
 
 from apiserver.admission import context
-from apiserver.admission.interfaces import Attributes, PluginConfig
+from apiserver.admission.interfaces import DELETE, Attributes, PluginConfig
 from apiserver.admission.lookup import namespace_object
 from apiserver.admission.webhook import matching, review
 from apiserver.admission.webhook.client import CallError, WebhookClient
@@ -164,10 +165,19 @@ class Dispatcher:
         runs again (a webhook changed the object), call only the IfNeeded webhooks that saw an object
         something changed since."""
         hooks = self.source.webhooks()
-        if not hooks or a.obj is None:
+        if not hooks:
             return
+        if a.operation == DELETE:
+            # A delete's mutating phase has no object to patch (upstream's has none either): the webhooks
+            # may refuse it, their patches have nothing to apply to.
+            a = dataclasses.replace(a, obj=None)
         calls = await self._selected(hooks, a)
         if not calls:
+            return
+        if a.obj is None:
+            self._refuse_dry_run(calls, a)
+            for call in calls:
+                await self._call(call, a, 0)
             return
         ctx = context.current()
         reinvocation = a.reinvocation

@@ -211,3 +211,20 @@ def test_service_resolution_through_endpointslices() -> None:
     with pytest.raises(ResolveError, match='no endpoints available for service "hook"'):
         ServiceResolver(quiet, "/r/").resolve({"service": {"namespace": "ns", "name": "hook"}}, 5)  # type: ignore[arg-type]
     assert resolver.resolve({"url": "https://h.example.com/x"}, 7).url == "https://h.example.com/x?timeout=7s"
+
+
+def test_a_delete_reaches_mutating_webhooks_without_an_object() -> None:
+    """Should the chain run the mutating phase on a delete, its webhooks get no object to patch."""
+    rules = [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["DELETE"]}]
+    config = {"metadata": {"name": "c"}, "webhooks": [hook(rules=rules, sideEffects="Unknown").spec]}
+    dispatcher = _dispatcher({"k": SimpleNamespace(obj=config)})
+    seen: list[Any] = []
+
+    async def call(call: Any, a: Attributes, round_: int) -> None:
+        seen.append((a.obj, a.old))
+
+    dispatcher._call = call  # type: ignore[method-assign]
+    asyncio.run(dispatcher.mutate(Attributes(res("", "pods"), DELETE, pod(), pod())))
+    assert seen == [(None, pod())]
+    with pytest.raises(StatusError, match="does not support dry run"):
+        asyncio.run(dispatcher.mutate(Attributes(res("", "pods"), DELETE, pod(), pod(), dry_run=True)))
