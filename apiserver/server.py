@@ -20,6 +20,7 @@ from apiserver.aggregator.handler import Aggregator
 from apiserver.aggregator.transport import ProxyClientConfig
 from apiserver.auth.bootstrap_policy import Stores, ensure_bootstrap_policy
 from apiserver.auth.tokens import DEFAULT_ISSUER, TokenIssuer
+from apiserver.controlplane.admissionpolicy_status import status_loop as admissionpolicy_status_loop
 from apiserver.controlplane.endpoints_adapter import EndpointsAdapter
 from apiserver.controlplane.flowcontrol import ensure_bootstrap_configuration
 from apiserver.controlplane.flowcontrol import status_loop as flowcontrol_status_loop
@@ -113,7 +114,8 @@ class APIServer:
         self.cache = WatchCache(self.etcd, root)
         self.admission = chain.build(
             chain.enabled_plugins(options.enable_admission_plugins, options.disable_admission_plugins),
-            PluginConfig(self.cache, root, not_ready_toleration_seconds=options.default_not_ready_toleration_seconds,
+            PluginConfig(self.cache, root, self.catalog,
+                         not_ready_toleration_seconds=options.default_not_ready_toleration_seconds,
                          unreachable_toleration_seconds=options.default_unreachable_toleration_seconds,
                          plugin_configs=admission_config.load(options.admission_control_config_file)))
         log.info("admission plugins", mutating=",".join(p.name for p in self.admission.mutating),
@@ -180,6 +182,8 @@ class APIServer:
         self._tasks.append(loop.create_task(self._compact_loop()))
         self._tasks.append(loop.create_task(self._health_loop()))
         self._tasks.append(loop.create_task(flowcontrol_status_loop(*self._flowcontrol_stores())))
+        self._tasks.append(loop.create_task(admissionpolicy_status_loop(
+            self.store("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies"), self.catalog)))
         log.info("apiserver ready", etcd=self.etcd.endpoint, revision=self.cache.revision)
 
     async def stop(self) -> None:

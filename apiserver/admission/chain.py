@@ -29,11 +29,14 @@ from apiserver.admission.limitranger import LimitRanger
 from apiserver.admission.namespacelifecycle import NamespaceLifecycle
 from apiserver.admission.noderestriction import NodeRestriction
 from apiserver.admission.podsecurity.plugin import PodSecurity
+from apiserver.admission.policy.validating import ValidatingAdmissionPolicy
 from apiserver.admission.priority import Priority
 from apiserver.admission.resourcequota import ResourceQuota
 from apiserver.admission.runtimeclass import RuntimeClass
 from apiserver.admission.serviceaccount import ServiceAccount
 from apiserver.admission.storageobjectinuseprotection import StorageObjectInUseProtection
+from apiserver.admission.webhook.mutating import MutatingAdmissionWebhook
+from apiserver.admission.webhook.validating import ValidatingAdmissionWebhook
 from services.api.catalog import Resource
 from services.auth.identity import UserInfo
 
@@ -91,7 +94,7 @@ DEFAULT_ON: frozenset[str] = frozenset({
 REGISTERED: dict[str, type[Plugin]] = {p.name: p for p in (
     NamespaceLifecycle, LimitRanger, ServiceAccount, NodeRestriction, AlwaysPullImages, PodSecurity, Priority,
     DefaultTolerationSeconds, DefaultStorageClass, StorageObjectInUseProtection, RuntimeClass, DefaultIngressClass,
-    ResourceQuota,
+    ResourceQuota, MutatingAdmissionWebhook, ValidatingAdmissionPolicy, ValidatingAdmissionWebhook,
 )}
 
 
@@ -125,7 +128,8 @@ def enabled_plugins(enable: Iterable[str] = (), disable: Iterable[str] = ()) -> 
 def _select(res: Resource, plugins: Sequence[P]) -> dict[tuple[str, str], tuple[P, ...]]:
     """For each (operation, subresource) of `res` that any of `plugins` acts on, those plugins in order."""
     mine = [p for p in plugins if p.handles(res)]
-    table = {(op, sub): tuple(p for p in mine if op in p.operations and sub in p.subresources)
+    table = {(op, sub): tuple(p for p in mine if op in p.operations and (p.subresources is None
+                                                                            or sub in p.subresources))
              for op in OPERATIONS for sub in ("", *res.subresources)}
     return {key: found for key, found in table.items() if found}
 
@@ -149,7 +153,7 @@ class ResourceChain:
         """The validating plugins such a write goes through, in order."""
         return self._validating.get((operation, subresource), ())
 
-    async def admit(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool,
+    async def admit(self, operation: str, obj: Obj | None, old: Obj | None, subresource: str, dry_run: bool,
                     user: UserInfo | None = None) -> None:
         """Run the mutating plugins on `obj` (changed in place); a StatusError refuses the write."""
         plugins = self._mutating.get((operation, subresource))
@@ -157,10 +161,17 @@ class ResourceChain:
             a = Attributes(self.resource, operation, obj, old, subresource, dry_run, user)
             for plugin in plugins:
                 await plugin.admit(a)
+            if a.reinvocation.requested:
+                # Upstream's reinvoker: once a webhook changed the object, every mutating plugin runs once
+                # more on it (the webhooks only where their reinvocationPolicy is IfNeeded).
+                a.reinvocation.again = True
+                for plugin in plugins:
+                    await plugin.admit(a)
 
-    async def validate(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool,
+    async def validate(self, operation: str, obj: Obj | None, old: Obj | None, subresource: str, dry_run: bool,
                        user: UserInfo | None = None) -> None:
-        """Run the validating plugins on the defaulted, valid `obj`; a StatusError refuses the write."""
+        """Run the validating plugins on the defaulted, valid `obj` (None on DELETE, where `old` is the object
+        being deleted); a StatusError refuses the write."""
         plugins = self._validating.get((operation, subresource))
         if plugins:
             a = Attributes(self.resource, operation, obj, old, subresource, dry_run, user)

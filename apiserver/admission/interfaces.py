@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from services.api.catalog import Resource
+from services.api.catalog import Catalog, Resource
 from services.auth.identity import UserInfo
 
 if TYPE_CHECKING:
@@ -30,26 +30,39 @@ OPERATIONS = (CREATE, UPDATE, DELETE, CONNECT)
 
 
 @dataclass(slots=True)
+class Reinvocation:
+    """Upstream's reinvocation context: a plugin asks for the mutating chain to run once more (a webhook
+    changed the object, so the built-in plugins see it again), and keeps what it needs between the runs."""
+
+    requested: bool = False
+    #: the second run is under way
+    again: bool = False
+    memory: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class Attributes:
     """One write as the plugins see it (upstream's admission.Attributes)."""
 
     resource: Resource
     operation: str
-    obj: Obj
+    #: the object written; on DELETE the object being deleted is `old`, as upstream's oldObject
+    obj: Obj | None
     old: Obj | None = None
     subresource: str = ""
     dry_run: bool = False
     #: who writes (upstream's GetUserInfo); None for writes the server makes itself
     user: UserInfo | None = None
+    reinvocation: Reinvocation = field(default_factory=Reinvocation)
 
     @property
     def name(self) -> str:
-        meta = self.obj.get("metadata") or {}
+        meta = (self.obj if self.obj is not None else self.old or {}).get("metadata") or {}
         return meta.get("name") or meta.get("generateName") or ""
 
     @property
     def namespace(self) -> str:
-        return (self.obj.get("metadata") or {}).get("namespace") or ""
+        return ((self.obj if self.obj is not None else self.old or {}).get("metadata") or {}).get("namespace") or ""
 
 
 @dataclass(frozen=True)
@@ -59,6 +72,8 @@ class PluginConfig:
 
     cache: WatchCache
     root: str = "/registry/"
+    #: the served resources, custom ones included (webhooks' matchPolicy Equivalent finds peers here)
+    catalog: Catalog | None = None
     #: DefaultTolerationSeconds: --default-not-ready-toleration-seconds, --default-unreachable-toleration-seconds
     not_ready_toleration_seconds: int = 300
     unreachable_toleration_seconds: int = 300
@@ -75,8 +90,8 @@ class Plugin:
     operations: ClassVar[frozenset[str]] = frozenset({CREATE})
     #: the (group, plural) pairs it acts on; None for every resource
     resources: ClassVar[frozenset[tuple[str, str]] | None] = None
-    #: the subresources it acts on; "" is the resource itself
-    subresources: ClassVar[frozenset[str]] = frozenset({""})
+    #: the subresources it acts on; "" is the resource itself, None every subresource
+    subresources: ClassVar[frozenset[str] | None] = frozenset({""})
 
     def __init__(self, config: PluginConfig) -> None:
         self.config = config

@@ -27,7 +27,7 @@ class Request:
 
     def warn(self, text: str) -> None:
         """A warning for the client; the same text twice is sent once."""
-        if text not in self.warnings:
+        if text and text not in self.warnings:
             self.warnings.append(text)
 
     def annotate(self, key: str, value: str) -> None:

@@ -730,6 +730,50 @@ NODE: dict[str, str] = {
     "Scheduling": "1 nodeSelector {}s, 2 tolerations []Toleration",
 }
 
+_WEBHOOK = (
+    "1 name!, 2 clientConfig WebhookClientConfig, 3 rules []RuleWithOperations, 4 failurePolicy *s,"
+    " 9 matchPolicy *s, 5 namespaceSelector *LabelSelector, {object} objectSelector *LabelSelector, 6 sideEffects *s,"
+    " 7 timeoutSeconds *i, 8 admissionReviewVersions []s{extra}, {conditions} matchConditions []MatchCondition"
+)
+
+ADMISSIONREGISTRATION: dict[str, str] = {
+    "MutatingWebhookConfiguration": "1 metadata ObjectMeta, 2 webhooks []MutatingWebhook",
+    "ValidatingWebhookConfiguration": "1 metadata ObjectMeta, 2 webhooks []ValidatingWebhook",
+    "MutatingWebhook": _WEBHOOK.format(object=11, extra=", 10 reinvocationPolicy *s", conditions=12),
+    "ValidatingWebhook": _WEBHOOK.format(object=10, extra="", conditions=11),
+    "RuleWithOperations": "1 operations []s, 2 ~ Rule",
+    "Rule": "1 apiGroups []s, 2 apiVersions []s, 3 resources []s, 4 scope *s",
+    "WebhookClientConfig": "3 url *s, 1 service *ServiceReference, 2 caBundle y",
+    "ServiceReference": "1 namespace!, 2 name!, 3 path *s, 4 port *i",
+    "MatchCondition": "1 name!, 2 expression!",
+    "ValidatingAdmissionPolicy": _OBJECT.format("ValidatingAdmissionPolicy"),
+    "ValidatingAdmissionPolicySpec": (
+        "1 paramKind *ParamKind, 2 matchConstraints *MatchResources, 3 validations []Validation,"
+        " 4 failurePolicy *s, 5 auditAnnotations []AuditAnnotation, 6 matchConditions []MatchCondition,"
+        " 7 variables []Variable"
+    ),
+    "ValidatingAdmissionPolicyStatus": (
+        "1 observedGeneration l, 2 typeChecking *TypeChecking, 3 conditions []Condition"
+    ),
+    "TypeChecking": "1 expressionWarnings []ExpressionWarning",
+    "ExpressionWarning": "2 fieldRef!, 3 warning!",
+    "ParamKind": "1 apiVersion, 2 kind",
+    "MatchResources": (
+        "1 namespaceSelector *LabelSelector, 2 objectSelector *LabelSelector,"
+        " 3 resourceRules []NamedRuleWithOperations, 4 excludeResourceRules []NamedRuleWithOperations,"
+        " 7 matchPolicy *s"
+    ),
+    "NamedRuleWithOperations": "1 resourceNames []s, 2 ~ RuleWithOperations",
+    "Validation": "1 expression!, 2 message, 3 reason *s, 4 messageExpression",
+    "AuditAnnotation": "1 key!, 2 valueExpression!",
+    "Variable": "1 name!, 2 expression!",
+    "ValidatingAdmissionPolicyBinding": "1 metadata ObjectMeta, 2 spec ValidatingAdmissionPolicyBindingSpec",
+    "ValidatingAdmissionPolicyBindingSpec": (
+        "1 policyName, 2 paramRef *ParamRef, 3 matchResources *MatchResources, 4 validationActions []s"
+    ),
+    "ParamRef": "1 name, 2 namespace, 3 selector *LabelSelector, 4 parameterNotFoundAction *s",
+}
+
 FLOWCONTROL: dict[str, str] = {
     "FlowSchema": _OBJECT.format("FlowSchema"),
     "FlowSchemaSpec": (
@@ -854,6 +898,9 @@ PACKAGES: dict[str, tuple[str, dict[str, str], str]] = {
     "storage": ("storage.k8s.io/v1", STORAGE, "io.k8s.api.storage.v1"),
     "scheduling": ("scheduling.k8s.io/v1", SCHEDULING, "io.k8s.api.scheduling.v1"),
     "node": ("node.k8s.io/v1", NODE, "io.k8s.api.node.v1"),
+    "admissionregistration": (
+        "admissionregistration.k8s.io/v1", ADMISSIONREGISTRATION, "io.k8s.api.admissionregistration.v1",
+    ),
     "flowcontrol": ("flowcontrol.apiserver.k8s.io/v1", FLOWCONTROL, "io.k8s.api.flowcontrol.v1"),
     "authentication": ("authentication.k8s.io/v1", AUTHENTICATION, "io.k8s.api.authentication.v1"),
     "authorization": ("authorization.k8s.io/v1", AUTHORIZATION, "io.k8s.api.authorization.v1"),
@@ -883,6 +930,10 @@ KINDS: dict[str, tuple[str, ...]] = {
     "storage": ("StorageClass", "CSIDriver", "CSIStorageCapacity"),
     "scheduling": ("PriorityClass",),
     "node": ("RuntimeClass",),
+    "admissionregistration": (
+        "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ),
     "flowcontrol": ("FlowSchema", "PriorityLevelConfiguration"),
     "authentication": ("TokenRequest", "TokenReview", "SelfSubjectReview"),
     "authorization": (

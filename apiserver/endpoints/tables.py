@@ -757,6 +757,29 @@ def _component_status_cells(obj: dict[str, Any], now: float) -> Row:
     return [obj["metadata"].get("name", ""), status, message, error]
 
 
+def _webhook_configuration_cells(obj: dict[str, Any], now: float) -> Row:
+    return [obj["metadata"].get("name", ""), len(obj.get("webhooks") or ()), _age(obj, now)]
+
+
+def _admission_policy_cells(obj: dict[str, Any], now: float) -> Row:
+    spec = obj.get("spec") or {}
+    kind = spec.get("paramKind")
+    shown = f"{kind.get('apiVersion') or ''}/{kind.get('kind') or ''}" if isinstance(kind, dict) else _UNSET
+    return [obj["metadata"].get("name", ""), len(spec.get("validations") or ()), shown, _age(obj, now)]
+
+
+def _admission_policy_binding_cells(obj: dict[str, Any], now: float) -> Row:
+    spec = obj.get("spec") or {}
+    ref = spec.get("paramRef")
+    shown = _UNSET
+    if isinstance(ref, dict):
+        if ref.get("name"):
+            shown = f"{ref.get('namespace') or '*'}/{ref['name']}"
+        elif ref.get("selector") is not None:
+            shown = selector_string(ref["selector"]) or ""
+    return [obj["metadata"].get("name", ""), spec.get("policyName") or "", shown, _age(obj, now)]
+
+
 def _runtime_class_cells(obj: dict[str, Any], now: float) -> Row:
     return [obj["metadata"].get("name", ""), obj.get("handler") or "", _age(obj, now)]
 
@@ -856,6 +879,7 @@ NAME: Column = ("Name", "string", 0, (_META, "name"), "name")
 AGE: Column = ("Age", "string", 0, (_META, "creationTimestamp"), "")
 _CONTAINERS_DOC = "Names of each container in the template."
 _IMAGES_DOC = "Images referenced by each container in the template."
+_WEBHOOKS_DOC = "Webhooks indicates the number of webhooks registered in this configuration"
 
 
 def _c(name: str, ctype: str, desc: str | tuple[str, str], priority: int = 0) -> Column:
@@ -1095,6 +1119,25 @@ _PRINTERS: dict[tuple[str, str], tuple[list[Column], RowFn]] = {
         _c("Message", "string", "Message of the component conditions"),
         _c("Error", "string", "Error of the component conditions"),
     ], _component_status_cells),
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): ([
+        NAME, _c("Webhooks", "integer", _WEBHOOKS_DOC), AGE,
+    ], _webhook_configuration_cells),
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): ([
+        NAME, _c("Webhooks", "integer", _WEBHOOKS_DOC), AGE,
+    ], _webhook_configuration_cells),
+    ("admissionregistration.k8s.io", "validatingadmissionpolicies"): ([
+        NAME,
+        _c("Validations", "integer", "Validations indicates the number of validation rules defined in this "
+                                     "configuration"),
+        _c("ParamKind", "string", "ParamKind specifies the kind of resources used to parameterize this policy"),
+        AGE,
+    ], _admission_policy_cells),
+    ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"): ([
+        NAME,
+        _c("PolicyName", "string", "PolicyName indicates the policy definition which the policy binding binded to"),
+        _c("ParamRef", "string", "ParamRef indicates the param resource which sets the configration param"),
+        AGE,
+    ], _admission_policy_binding_cells),
     ("node.k8s.io", "runtimeclasses"): ([
         NAME, _c("Handler", "string", ("node.v1.RuntimeClass", "handler")), AGE,
     ], _runtime_class_cells),

@@ -43,13 +43,13 @@ CONSISTENT_READ_WAIT = 3.0
 
 class ResourceAdmission(Protocol):
     """The admission chain of one resource (apiserver/admission/chain.py builds it; the server hands it
-    in, so the registry depends on no plugin). `operation` is upstream's: CREATE, UPDATE, DELETE; `user`
-    is who writes."""
+    in, so the registry depends on no plugin). `operation` is upstream's: CREATE, UPDATE, DELETE (validation
+    with the object being deleted as `old`); `user` is who writes."""
 
-    async def admit(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool,
+    async def admit(self, operation: str, obj: Obj | None, old: Obj | None, subresource: str, dry_run: bool,
                     user: UserInfo | None = None) -> None: ...
 
-    async def validate(self, operation: str, obj: Obj, old: Obj | None, subresource: str, dry_run: bool,
+    async def validate(self, operation: str, obj: Obj | None, old: Obj | None, subresource: str, dry_run: bool,
                        user: UserInfo | None = None) -> None: ...
 
 
@@ -782,6 +782,7 @@ class RESTStore:
                 )
             if self.admission is not None:
                 await self.admission.admit("DELETE", obj, obj, "", opts.dry_run, opts.user)
+                await self.admission.validate("DELETE", None, self.out(obj), "", opts.dry_run, opts.user)
             pending = self._start_deletion(obj, opts)
             if pending is None:
                 if opts.dry_run:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from apiserver.registry import (
+    admissionregistration,
     apiextensions,
     apiregistration,
     apps,
@@ -65,6 +66,14 @@ _BY_GROUP_RESOURCE: dict[tuple[str, str], type[Strategy]] = {
     ("storage.k8s.io", "csistoragecapacities"): storage.CSIStorageCapacityStrategy,
     ("scheduling.k8s.io", "priorityclasses"): scheduling.PriorityClassStrategy,
     ("node.k8s.io", "runtimeclasses"): node.RuntimeClassStrategy,
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"):
+        admissionregistration.MutatingWebhookConfigurationStrategy,
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"):
+        admissionregistration.ValidatingWebhookConfigurationStrategy,
+    ("admissionregistration.k8s.io", "validatingadmissionpolicies"):
+        admissionregistration.ValidatingAdmissionPolicyStrategy,
+    ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"):
+        admissionregistration.ValidatingAdmissionPolicyBindingStrategy,
     ("flowcontrol.apiserver.k8s.io", "flowschemas"): flowcontrol.FlowSchemaStrategy,
     ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations"): flowcontrol.PriorityLevelConfigurationStrategy,
     ("certificates.k8s.io", "certificatesigningrequests"): certificates.CertificateSigningRequestStrategy,

@@ -31,6 +31,8 @@ class StatusError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
+        if not self.reason:
+            del status["reason"]  # metav1.Status omits an empty reason, as a webhook's denial often has
         if self.details is not None:
             status["details"] = self.details
         return status

@@ -134,9 +134,10 @@ def fuzz_server(fuzz_etcd: str, workdir: Path) -> Iterator[APIServerProcess]:
 
 
 #: what the apiserver itself writes in the background, as upstream's does: the flowcontrol Dangling
-#: conditions and a CRD's status after an example changed one of those objects
+#: conditions, a CRD's status and a ValidatingAdmissionPolicy's type-checking status after an example
+#: changed one of those objects
 _BACKGROUND = ("/registry/flowschemas/", "/registry/prioritylevelconfigurations/",
-               "/registry/apiextensions.k8s.io/customresourcedefinitions/")
+               "/registry/apiextensions.k8s.io/customresourcedefinitions/", "/registry/validatingadmissionpolicies/")
 
 
 @dataclass
@@ -594,6 +595,14 @@ def test_reads_with_random_queries(world: World, req: Req) -> None:
 
 _SCALE_TARGET = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "fuzz"}, "maxReplicas": 3}
 #: what a valid object of each catalog kind outside KINDS needs besides its metadata (most need nothing)
+#: a webhook no request reaches (its rules name a group nothing serves, its selectors labels nothing has),
+#: and one that fails open if a fuzzed change made it match, so fuzzing it changes no other write
+_FUZZ_WEBHOOK = {"name": "fuzz.webhooks.pyk8s.io", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                 "clientConfig": {"url": "https://127.0.0.1:1/fuzz"}, "failurePolicy": "Ignore",
+                 "timeoutSeconds": 1, "namespaceSelector": {"matchLabels": {"fuzz-webhooks": "never"}},
+                 "objectSelector": {"matchLabels": {"fuzz-webhooks": "never"}},
+                 "rules": [{"apiGroups": ["nothing.fuzz.pyk8s.io"], "apiVersions": ["v1"], "resources": ["things"],
+                            "operations": ["CREATE"]}]}
 _VALID_EXTRA: dict[tuple[str, str], dict[str, Any]] = {
     ("v1", "Event"): {"involvedObject": {"kind": "Pod", "name": "fuzz", "namespace": NS}, "reason": "Fuzzed",
                       "message": "m", "type": "Normal"},
@@ -622,6 +631,15 @@ _VALID_EXTRA: dict[tuple[str, str], dict[str, Any]] = {
     ("storage.k8s.io/v1", "StorageClass"): {"provisioner": "pyk8s.io/fuzz"},
     ("scheduling.k8s.io/v1", "PriorityClass"): {"value": 10},
     ("node.k8s.io/v1", "RuntimeClass"): {"handler": "runc"},
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): {"webhooks": [_FUZZ_WEBHOOK]},
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): {"webhooks": [_FUZZ_WEBHOOK]},
+    # A policy on nothing served, and a binding that only audits, so fuzzing them refuses no other write.
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): {"spec": {
+        "failurePolicy": "Ignore", "validations": [{"expression": "true"}],
+        "matchConstraints": {"resourceRules": [{"apiGroups": ["nothing.fuzz.pyk8s.io"], "apiVersions": ["v1"],
+                                                "resources": ["things"], "operations": ["CREATE"]}]}}},
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): {"spec": {
+        "policyName": "fuzz-validatingadmissionpolicies", "validationActions": ["Audit"]}},
     ("storage.k8s.io/v1", "CSIDriver"): {"spec": {}},
     ("storage.k8s.io/v1", "CSIStorageCapacity"): {"storageClassName": "fuzz"},
     ("certificates.k8s.io/v1", "CertificateSigningRequest"): {"spec": {

@@ -11,14 +11,15 @@ import pytest
 
 from apiserver.admission import chain
 from apiserver.admission.alwayspullimages import AlwaysPullImages
-from apiserver.admission.interfaces import CREATE, UPDATE, Attributes, PluginConfig
+from apiserver.admission.interfaces import CREATE, DELETE, UPDATE, Attributes, PluginConfig
 from services.api.catalog import BUILTIN
 from services.api.errors import StatusError
 
 #: the relative order of the plugins pyk8s has, as upstream's AllOrderedPlugins (v1.32) lists them
 UPSTREAM_ORDER = ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "NodeRestriction", "AlwaysPullImages",
                   "PodSecurity", "Priority", "DefaultTolerationSeconds", "DefaultStorageClass",
-                  "StorageObjectInUseProtection", "RuntimeClass", "DefaultIngressClass", "ResourceQuota"]
+                  "StorageObjectInUseProtection", "RuntimeClass", "DefaultIngressClass", "MutatingAdmissionWebhook",
+                  "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota"]
 #: the plugins of UPSTREAM_ORDER upstream leaves off unless enabled (kubeadm enables NodeRestriction)
 DEFAULT_OFF = ("NodeRestriction", "AlwaysPullImages")
 
@@ -44,9 +45,10 @@ def test_order_is_upstreams_whatever_the_flags_say() -> None:
     assert enabled == [n for n in UPSTREAM_ORDER if n not in ("DefaultStorageClass", "NodeRestriction")]
     built = chain.build(list(reversed(UPSTREAM_ORDER)), config())
     assert names(built.plugins) == UPSTREAM_ORDER
-    assert names(built.mutating) == [n for n in UPSTREAM_ORDER[:-1] if n != "PodSecurity"]
+    assert names(built.mutating) == [n for n in UPSTREAM_ORDER if n not in (
+        "PodSecurity", "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota")]
     assert names(built.validating) == ["LimitRanger", "AlwaysPullImages", "PodSecurity", "RuntimeClass",
-                                       "ResourceQuota"]
+                                       "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook", "ResourceQuota"]
     assert [n for n in chain.ORDERED_PLUGINS if n in chain.REGISTERED] == UPSTREAM_ORDER
 
 
@@ -70,29 +72,37 @@ def test_disabling_a_plugin_pyk8s_lacks_is_fine() -> None:
 
 def test_each_resource_gets_only_its_plugins() -> None:
     built = chain.build(chain.enabled_plugins(["AlwaysPullImages"]), config())
+    mw, vw = "MutatingAdmissionWebhook", ("ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook")
     pods = built.for_resource(res("", "pods"))
     assert names(pods.mutators(CREATE)) == ["NamespaceLifecycle", "LimitRanger", "ServiceAccount", "AlwaysPullImages",
-                                           "Priority", "DefaultTolerationSeconds", "RuntimeClass"]
-    assert names(pods.mutators(UPDATE)) == ["LimitRanger", "AlwaysPullImages", "Priority", "DefaultTolerationSeconds"]
-    assert names(pods.validators(CREATE)) == ["LimitRanger", "AlwaysPullImages", "PodSecurity", "RuntimeClass",
+                                           "Priority", "DefaultTolerationSeconds", "RuntimeClass", mw]
+    assert names(pods.mutators(UPDATE)) == ["LimitRanger", "AlwaysPullImages", "Priority", "DefaultTolerationSeconds",
+                                           mw]
+    assert names(pods.validators(CREATE)) == ["LimitRanger", "AlwaysPullImages", "PodSecurity", "RuntimeClass", *vw,
                                              "ResourceQuota"]
-    assert names(pods.validators(UPDATE)) == ["LimitRanger", "AlwaysPullImages", "PodSecurity"]
-    assert names(pods.validators(UPDATE, "ephemeralcontainers")) == ["PodSecurity"]
-    assert pods.mutators(UPDATE, "status") == () and pods.validators(UPDATE, "status") == ()
+    assert names(pods.validators(UPDATE)) == ["LimitRanger", "AlwaysPullImages", "PodSecurity", *vw]
+    assert names(pods.validators(UPDATE, "ephemeralcontainers")) == ["PodSecurity", *vw]
+    assert names(pods.mutators(UPDATE, "status")) == [mw] and names(pods.validators(UPDATE, "status")) == [*vw]
+    assert names(pods.validators(DELETE)) == [*vw]
     claims = built.for_resource(res("", "persistentvolumeclaims"))
     assert names(claims.mutators(CREATE)) == ["NamespaceLifecycle", "LimitRanger", "DefaultStorageClass",
-                                             "StorageObjectInUseProtection"]
-    assert names(claims.validators(UPDATE)) == ["LimitRanger"]
+                                             "StorageObjectInUseProtection", mw]
+    assert names(claims.validators(UPDATE)) == ["LimitRanger", *vw]
     volumes = built.for_resource(res("", "persistentvolumes"))
-    assert names(volumes.mutators(CREATE)) == ["StorageObjectInUseProtection"]
-    assert volumes.validators(CREATE) == ()
+    assert names(volumes.mutators(CREATE)) == ["StorageObjectInUseProtection", mw]
+    assert names(volumes.validators(CREATE)) == [*vw]
     namespaces = built.for_resource(res("", "namespaces"))
-    assert namespaces.mutators(CREATE) == () and names(namespaces.validators(CREATE)) == ["PodSecurity"]
+    assert names(namespaces.mutators(CREATE)) == [mw] and names(namespaces.validators(CREATE)) == ["PodSecurity", *vw]
     deployments = built.for_resource(res("apps", "deployments"))
-    assert names(deployments.validators(UPDATE)) == ["PodSecurity"] and deployments.validators(UPDATE, "scale") == ()
+    assert names(deployments.validators(UPDATE)) == ["PodSecurity", *vw]
+    assert names(deployments.validators(UPDATE, "scale")) == [*vw]
     configmaps = built.for_resource(res("", "configmaps"))
-    assert names(configmaps.mutators(CREATE)) == ["NamespaceLifecycle"]
-    assert names(configmaps.validators(CREATE)) == ["ResourceQuota"]
+    assert names(configmaps.mutators(CREATE)) == ["NamespaceLifecycle", mw]
+    assert names(configmaps.validators(CREATE)) == [*vw, "ResourceQuota"]
+    hooks = built.for_resource(res("admissionregistration.k8s.io", "validatingwebhookconfigurations"))
+    assert hooks.mutators(CREATE) == () and names(hooks.validators(DELETE)) == ["ValidatingAdmissionPolicy"]
+    policies = built.for_resource(res("admissionregistration.k8s.io", "validatingadmissionpolicies"))
+    assert policies.mutators(CREATE) == () and policies.validators(DELETE) == ()
 
 
 def pod(**spec: Any) -> dict[str, Any]:

@@ -1,0 +1,2 @@
+"""The ValidatingAdmissionPolicy admission plugin and what it is built from: the compiled policies and
+bindings, and the evaluation of one policy's CEL."""
