@@ -6,7 +6,7 @@ the few subresources with their own shape (scale, binding, eviction).
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import re
 import time
 from collections.abc import Callable
@@ -32,12 +32,11 @@ from apiserver.endpoints.negotiation import (
     to_yaml,
 )
 from apiserver.endpoints.watch import WatchStream, error_event
-from apiserver.registry import crschema, pods
-from apiserver.registry.store import DeleteOptions, ListOptions, RESTStore, WriteOptions, apply_patch
+from apiserver.registry import crschema, subresources
+from apiserver.registry.store import DeleteOptions, ListOptions, RESTStore, WriteOptions
 from apiserver.storage.cache import Entry
 from services.api import errors
 from services.api.catalog import Resource
-from services.api.meta import now_rfc3339
 from services.api.selectors import FieldSelector, LabelSelector
 from services.api.validation import go_value, is_path_segment_name
 
@@ -194,6 +193,19 @@ def _decode_as(raw: bytes, content_type: str | None, api_version: str, kind: str
     return body
 
 
+def _type_check(api_version: str, kind: str) -> Callable[[dict[str, Any]], None]:
+    """A patched subresource object checked as upstream decodes it into the Go struct of `kind`."""
+
+    def check(obj: Any) -> None:
+        if not isinstance(obj, dict):
+            raise errors.bad_request(f"a {kind} object is required")
+        wrong_type = typecheck.type_error(api_version, kind, obj)
+        if wrong_type is not None:
+            raise wrong_type
+
+    return check
+
+
 def _pruner(res: Resource) -> Callable[[dict[str, Any]], list[str]]:
     """What decoding a body of this resource drops, in place, and where: the structural schema and
     ObjectMeta of a custom resource, upstream's Go struct of a built-in one."""
@@ -226,7 +238,7 @@ class ResourceHandler:
 
     def __init__(self, stores: dict[tuple[str, str, str], RESTStore], tokens: TokenIssuer) -> None:
         self.stores = stores
-        self.tokens = tokens
+        self.deps = subresources.Dependencies(stores, functools.partial(reviews.token_request, tokens))
 
     def store(self, res: Resource) -> RESTStore:
         return self.stores[(res.group, res.version, res.plural)]
@@ -303,11 +315,10 @@ class ResourceHandler:
         wopts = _write_options(request, verb)
         dry_run = wopts.dry_run
         if verb == "create" and res.kind == "Binding" and not res.group:
-            binding = _decode_as(await self._raw(request), request.headers.get("content-type"), "v1", "Binding")
+            binder = subresources.BindingREST(store, self.deps)
+            binding = await self._action_body(request, binder)
             pod_name = (binding.get("metadata") or {}).get("name", "")
-            await self.bind(self.stores[("", "v1", "pods")], ns, pod_name, binding, wopts)
-            return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                               "code": 201}, 201)
+            return self._json(await binder.create(ns, pod_name, binding, wopts), 201)
         if verb == "create":
             if name:
                 raise errors.method_not_allowed()
@@ -320,14 +331,12 @@ class ResourceHandler:
             return self._object(obj, rep, res, 201 if created else 200, warnings)
         if verb == "patch":
             patch_type, patch, raw = await self._patch_request(request)
-            mode = fieldvalidation.directive(request.query_params.get("fieldValidation"), "PatchOptions")
+            check, validated = self._patch_check(request, res, patch_type, raw)
             if patch_type == "apply":
-                warnings = fieldvalidation.apply_warnings(mode, raw)
-                obj, created = await store.apply(ns, name or "", patch, wopts, check=_patched_decoder(res))
-                return self._object(obj, rep, res, 201 if created else 200, warnings)
-            validation = fieldvalidation.PatchValidation(mode, raw, patch_type, _pruner(res), _patched_decoder(res))
-            obj = await store.patch(ns, name or "", patch_type, patch, wopts, check=validation)
-            return self._object(obj, rep, res, 200, validation.warnings)
+                obj, created = await store.apply(ns, name or "", patch, wopts, check=check)
+                return self._object(obj, rep, res, 201 if created else 200, validated())
+            obj = await store.patch(ns, name or "", patch_type, patch, wopts, check=check)
+            return self._object(obj, rep, res, 200, validated())
         if verb == "delete":
             dopts = await self._delete_options(request, dry_run)
             obj, gone = await store.delete(ns, name or "", dopts)
@@ -374,9 +383,18 @@ class ResourceHandler:
             )
         return body, fieldvalidation.warnings(unknown, duplicates)
 
-    async def _patch_body(self, request: Request) -> tuple[str, Any]:
-        patch_type, patch, _ = await self._patch_request(request)
-        return patch_type, patch
+    @staticmethod
+    def _patch_check(
+        request: Request, res: Resource, patch_type: str, raw: bytes
+    ) -> tuple[Callable[[dict[str, Any]], None], Callable[[], list[str]]]:
+        """How a patched (or applied) object of `res` is vetted before the strategy sees it, as the
+        request's `fieldValidation` asks, and the warnings that leaves once the write is done."""
+        mode = fieldvalidation.directive(request.query_params.get("fieldValidation"), "PatchOptions")
+        if patch_type == "apply":
+            warnings = fieldvalidation.apply_warnings(mode, raw)
+            return _patched_decoder(res), lambda: warnings
+        validation = fieldvalidation.PatchValidation(mode, raw, patch_type, _pruner(res), _patched_decoder(res))
+        return validation, lambda: validation.warnings
 
     async def _patch_request(self, request: Request) -> tuple[str, Any, bytes]:
         """The patch type, the decoded patch and its raw bytes (where field validation finds repeats)."""
@@ -549,376 +567,48 @@ class ResourceHandler:
     async def _subresource(
         self, request: Request, target: Target, store: RESTStore, verb: str, rep: Representation
     ) -> Response:
+        """HTTP around the subresource's REST object: decode what it takes, render what it returns (the
+        parent's representations for a subresource of the parent's kind, JSON for one of its own)."""
         res, ns, name, sub = target.res, target.namespace, target.name or "", target.subresource
         wopts = _write_options(request, verb)
-        if sub in ("status", "finalize", "approval"):
-            if verb == "get" and sub != "finalize":
-                return self._object(await store.get(ns, name), rep, res)
-            if verb == "update":
-                body, warnings = await self._body(request, res)
-                obj, _ = await store.update(ns, name, body, wopts, subresource=sub)
-                return self._object(obj, rep, res, 200, warnings)
-            if verb == "patch" and sub != "finalize":
-                patch_type, patch, raw = await self._patch_request(request)
-                mode = fieldvalidation.directive(request.query_params.get("fieldValidation"), "PatchOptions")
-                if patch_type == "apply":
-                    warnings = fieldvalidation.apply_warnings(mode, raw)
-                    obj, _ = await store.apply(ns, name, patch, wopts, subresource=sub, check=_patched_decoder(res))
-                else:
-                    validation = fieldvalidation.PatchValidation(mode, raw, patch_type, _pruner(res),
-                                                                 _patched_decoder(res))
-                    obj = await store.patch(ns, name, patch_type, patch, wopts, subresource=sub, check=validation)
-                    warnings = validation.warnings
-                return self._object(obj, rep, res, 200, warnings)
+        rest = subresources.rest_for(res, sub, store, self.deps)
+        if rest is None:
+            raise errors.StatusError(
+                405 if sub in res.subresources else 404, "MethodNotAllowed" if sub in res.subresources else "NotFound",
+                f"the server does not serve {verb} on {res.plural}/{sub} yet",
+            )
+        if verb not in rest.verbs:
             raise errors.method_not_allowed()
-        if sub == "scale" and res.scale is not None:
-            return await self._scale(request, store, ns, name, verb, wopts)
-        if sub == "binding" and verb == "create":
-            raw = await self._raw(request)
-            binding = _decode_as(raw, request.headers.get("content-type"), "v1", "Binding")
-            await self.bind(store, ns, name, binding, wopts)
-            return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                               "code": 201}, 201)
-        if sub == "eviction" and verb == "create":
-            return await self._evict(request, store, ns, name, wopts)
-        if sub == "token" and verb == "create":
-            return await self._token(request, store, ns or "", name)
-        if sub == "ephemeralcontainers" and res.kind == "Pod" and not res.group:
-            return await self._ephemeral(request, store, ns, name, verb, wopts, rep)
-        raise errors.StatusError(
-            405 if sub in res.subresources else 404, "MethodNotAllowed" if sub in res.subresources else "NotFound",
-            f"the server does not serve {verb} on {res.plural}/{sub} yet",
-        )
-
-    async def _ephemeral(
-        self, request: Request, store: RESTStore, ns: str | None, name: str, verb: str, wopts: WriteOptions,
-        rep: Representation,
-    ) -> Response:
-        """pods/ephemeralcontainers: reads and writes whole Pods, of which only spec.ephemeralContainers
-        may change (upstream's EphemeralContainersREST)."""
-        res = store.res
+        warnings: list[str] = []
+        if verb == "create":
+            body = await self._action_body(request, rest)
+            out = await rest.create(ns, name, body, wopts)
+            return self._json(out, int(out.get("code") or 201) if out.get("kind") == "Status" else 201)
         if verb == "get":
-            return self._object(await store.get(ns, name), rep, res)
-        if verb == "update":
-            body, warnings = await self._body(request, res)
-            patch_type, patch = "", body
-        elif verb == "patch":
-            patch_type, patch = await self._patch_body(request)
-            if patch_type == "apply":
-                raise errors.StatusError(415, "UnsupportedMediaType", "the server does not support apply patches "
-                                         "on pods/ephemeralcontainers")
-            warnings = []
+            obj = await rest.get(ns, name)
+        elif verb == "update":
+            if rest.kind is None:
+                body, warnings = await self._body(request, res)
+            else:
+                body = _decode_as(await self._raw(request), request.headers.get("content-type"), *rest.kind)
+            obj = await rest.update(ns, name, body, wopts)
         else:
-            raise errors.method_not_allowed()
-        check = _patched_decoder(res)
-
-        def change(pod: dict[str, Any]) -> dict[str, Any]:
-            rv = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
-            if rv and rv != pod["metadata"].get("resourceVersion"):
-                raise errors.conflict(res.plural, res.group, name, errors.STALE_WRITE)
-            wanted = patch if patch_type == "" else apply_patch(patch_type, pod, patch)
-            if isinstance(wanted, dict):
-                check(wanted)
-            return pods.update_ephemeral_containers(pod, wanted)
-
-        obj = await store.mutate(ns, name, change, wopts, subresource="ephemeralcontainers")
+            patch_type, patch, raw = await self._patch_request(request)
+            if rest.kind is None:
+                check, validated = self._patch_check(request, res, patch_type, raw)
+                obj = await rest.patch(ns, name, patch_type, patch, wopts, check)
+                warnings = validated()
+            else:
+                obj = await rest.patch(ns, name, patch_type, patch, wopts, _type_check(*rest.kind))
+        if rest.kind is not None:
+            return self._json(obj)
         return self._object(obj, rep, res, 200, warnings)
 
-    async def _token(self, request: Request, store: RESTStore, ns: str, name: str) -> Response:
+    async def _action_body(self, request: Request, rest: subresources.SubresourceREST) -> dict[str, Any]:
+        """The body of a create on a subresource, as the Go struct of its kind; {} for an empty one
+        where the subresource takes none."""
+        assert rest.kind is not None
         raw = await self._raw(request)
-        body = _decode_as(raw, request.headers.get("content-type"), "authentication.k8s.io/v1",
-                          "TokenRequest") if raw.strip() else {}
-        account = await store.get(ns, name)
-        spec = body.get("spec") if isinstance(body, dict) else None
-        bound = spec.get("boundObjectRef") if isinstance(spec, dict) else None
-        if bound is not None and not isinstance(bound, dict):
-            raise errors.bad_request("TokenRequest spec.boundObjectRef must be an object")
-        if bound:
-            kind = bound.get("kind")
-            plural = {"Pod": "pods", "Secret": "secrets", "Node": "nodes"}.get(kind or "")
-            if plural is None:
-                raise errors.bad_request(f"cannot bind token to object of type {kind}")
-            target = await self.stores[("", "v1", plural)].get(None if kind == "Node" else ns, bound.get("name", ""))
-            if bound.get("uid") and bound["uid"] != target["metadata"].get("uid"):
-                raise errors.conflict(plural, "", bound.get("name", ""), "the UID in the bound object reference "
-                                      f"({bound['uid']}) does not match the UID in record. The object might have "
-                                      "been deleted and then recreated")
-            bound = {**bound, "uid": target["metadata"].get("uid", "")}
-            node_name = (target.get("spec") or {}).get("nodeName") if kind == "Pod" else None
-            if node_name:
-                # As upstream's ServiceAccountTokenPodNodeInfo: a pod's token names its node too, if it exists.
-                nodes = self.stores[("", "v1", "nodes")]
-                node = nodes.cache.entries.get(nodes.key(None, node_name))
-                if node is not None:
-                    bound["node"] = {"name": node_name, "uid": node.obj["metadata"].get("uid", "")}
-        return self._json(reviews.token_request(self.tokens, body, ns, account, bound), 201)
-
-    async def bind(self, store: RESTStore, ns: str | None, name: str, binding: Any, wopts: WriteOptions) -> None:
-        if not isinstance(binding, dict):
-            raise errors.bad_request("a Binding object is required")
-        uid = (binding.get("metadata") or {}).get("uid")
-
-        def assign(pod: dict[str, Any]) -> dict[str, Any]:
-            if uid and uid != pod["metadata"].get("uid"):
-                raise errors.conflict("pods/binding", "", name, "Precondition failed: UID in precondition: "
-                                      f"{uid}, UID in object meta: {pod['metadata'].get('uid')}")
-            return pods.bind(pod, binding)
-
-        await store.mutate(ns, name, assign, wopts)
-
-    async def _scale(
-        self, request: Request, store: RESTStore, ns: str | None, name: str, verb: str, wopts: WriteOptions
-    ) -> Response:
-        scale_spec = store.res.scale
-        assert scale_spec is not None
-
-        def to_scale(obj: dict[str, Any]) -> dict[str, Any]:
-            m = obj["metadata"]
-            spec = obj.get("spec") or {}
-            if store.res.custom:
-                selector = crschema.value_at(obj, scale_spec.label_selector) if scale_spec.label_selector else ""
-            elif scale_spec.label_selector == ".spec.selector":
-                selector = ",".join(f"{k}={v}" for k, v in sorted((spec.get("selector") or {}).items()))
-            else:
-                try:
-                    selector = str(LabelSelector.from_dict(spec.get("selector") or {}))
-                except ValueError:
-                    selector = ""
-            return {
-                "kind": "Scale", "apiVersion": "autoscaling/v1",
-                "metadata": {k: m[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-                             if k in m},
-                "spec": {"replicas": int(crschema.value_at(obj, scale_spec.spec_replicas) or 0)},
-                "status": {"replicas": int(crschema.value_at(obj, scale_spec.status_replicas) or 0),
-                           "selector": selector or ""},
-            }
-
-        if verb == "get":
-            return self._json(to_scale(await store.get(ns, name)))
-        if verb not in ("update", "patch"):
-            raise errors.method_not_allowed()
-        if verb == "update":
-            raw = await self._raw(request)
-            body = decode_body(raw, request.headers.get("content-type"))
-            patch_type, patch = "", body
-        else:
-            patch_type, patch = await self._patch_body(request)
-
-        def rescale(obj: dict[str, Any]) -> dict[str, Any]:
-            current = to_scale(obj)
-            wanted = patch if patch_type == "" else apply_patch(patch_type, current, patch)
-            if not isinstance(wanted, dict):
-                raise errors.bad_request("a Scale object is required")
-            problem = typecheck.type_error("autoscaling/v1", "Scale", wanted)
-            if problem is not None:
-                raise problem
-            rv = (wanted.get("metadata") or {}).get("resourceVersion")
-            if rv and rv != obj["metadata"].get("resourceVersion"):
-                raise errors.conflict(store.res.plural, store.res.group, name, errors.STALE_WRITE)
-            # ScaleSpec.replicas is a plain int32: absent (or null) it is Go's 0, as upstream reads it
-            replicas = (wanted.get("spec") or {}).get("replicas", 0)
-            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-                raise errors.invalid("Scale", "autoscaling", name, [errors.cause(
-                    "spec.replicas", f"Invalid value: {replicas}: must be greater than or equal to 0")])
-            crschema.set_at(obj, scale_spec.spec_replicas, replicas)
-            return obj
-
-        obj = await store.mutate(ns, name, rescale, wopts, subresource="scale")
-        return self._json(to_scale(obj))
-
-    async def _evict(
-        self, request: Request, store: RESTStore, ns: str | None, name: str, wopts: WriteOptions
-    ) -> Response:
-        """Upstream's EvictionREST: delete the pod unless its PodDisruptionBudget forbids it, taking the
-        disruption out of the budget's status (a compare-and-swap write) before the pod is deleted."""
-        raw = await self._raw(request)
-        content_type = request.headers.get("content-type")
-        eviction = _decode_as(raw, content_type, "policy/v1", "Eviction") if raw.strip() else {}
-        meta = eviction.get("metadata") or {}
-        delete_options = eviction.get("deleteOptions") or {}
-        pre = delete_options.get("preconditions") or {}
-        grace = delete_options.get("gracePeriodSeconds")
-        if meta.get("name") and meta["name"] != name:
-            raise errors.bad_request("name in URL does not match name in Eviction object")
-        opts = DeleteOptions(dry_run=wopts.dry_run or bool(delete_options.get("dryRun")), grace_period=grace)
-        opts.precondition_uid = pre.get("uid")
-        opts.precondition_rv = pre.get("resourceVersion")
-        success = self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                              "code": 201}, 201)
-        # A pod that is finished, not started or already going disrupts nothing more: delete it with no
-        # budget check, pinned to the version seen so it cannot have become running meanwhile.
-        pod: dict[str, Any] = {}
-        for attempt in range(EVICTION_RETRIES):
-            pod = await store.get(ns, name)
-            if not _eviction_ignores_budget(pod):
-                break
-            pinned_rv = opts.precondition_rv or pod["metadata"]["resourceVersion"]
-            pinned = dataclasses.replace(opts, precondition_rv=pinned_rv)
-            try:
-                await self._delete_evicted(store, ns, name, pinned)
-                return success
-            except errors.StatusError as exc:
-                if exc.code != 409 or opts.precondition_rv or attempt == EVICTION_RETRIES - 1:
-                    raise
-        budgets = self._pod_budgets(pod)
-        if len(budgets) > 1:
-            return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                               "message": "This pod has more than one PodDisruptionBudget, which the eviction "
-                                          "subresource does not support.", "code": 500}, 500)
-        pin_unhealthy = False
-        if budgets:
-            pdb = budgets[0]
-            status = pdb.get("status") or {}
-            if not _pod_ready(pod):
-                # An unready pod counts toward no budget, so deleting it takes nothing from it: allowed
-                # always under AlwaysAllow, under IfHealthyBudget only while the budget is met.
-                desired = int(status.get("desiredHealthy") or 0)
-                pin_unhealthy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow" or (
-                    int(status.get("currentHealthy") or 0) >= desired > 0)
-            if not pin_unhealthy:
-                await self._take_disruption(pdb["metadata"]["name"], ns, name, opts.dry_run)
-        delete_opts = opts
-        if pin_unhealthy and not opts.precondition_rv:
-            delete_opts = dataclasses.replace(opts, precondition_rv=pod["metadata"]["resourceVersion"])
-        try:
-            await self._delete_evicted(store, ns, name, delete_opts)
-        except errors.StatusError as exc:
-            if exc.code == 409 and pin_unhealthy and not opts.precondition_rv:
-                raise _budget_not_processed(budgets[0]["metadata"]["name"]) from exc
-            raise
-        return success
-
-    def _pod_budgets(self, pod: dict[str, Any]) -> list[dict[str, Any]]:
-        """The PodDisruptionBudgets of the pod's namespace whose selector matches it ({} matches all)."""
-        pdb_store = self.stores.get(("policy", "v1", "poddisruptionbudgets"))
-        if pdb_store is None:
-            return []
-        prefix = pdb_store.ns_prefix(pod["metadata"].get("namespace"))
-        labels = pod["metadata"].get("labels") or {}
-        found = []
-        for key, entry in pdb_store.cache.entries.items():
-            if not key.startswith(prefix):
-                continue
-            try:
-                selector = LabelSelector.from_dict((entry.obj.get("spec") or {}).get("selector"))
-            except ValueError:
-                continue
-            if selector.matches(labels):
-                found.append(entry.obj)
-        return found
-
-    async def _take_disruption(self, pdb_name: str, ns: str | None, pod_name: str, dry_run: bool) -> None:
-        """Check the budget allows a disruption and record this one in its status, compare-and-swap on the
-        budget's resourceVersion and retried on conflict from a fresh read (upstream's checkAndDecrement)."""
-        pdb_store = self.stores[("policy", "v1", "poddisruptionbudgets")]
-        for _ in range(EVICTION_RETRIES):
-            pdb = await pdb_store.get(ns, pdb_name)
-            meta, status = pdb["metadata"], dict(pdb.get("status") or {})
-            if int(status.get("observedGeneration") or 0) < int(meta.get("generation") or 0):
-                raise _budget_not_processed(pdb_name)
-            allowed = int(status.get("disruptionsAllowed") or 0)
-            if allowed < 0:
-                raise errors.forbidden("poddisruptionbudget", "policy", pdb_name, "pdb disruptions allowed is negative")
-            if len(status.get("disruptedPods") or {}) > MAX_DISRUPTED_PODS:
-                raise errors.forbidden("poddisruptionbudget", "policy", pdb_name, "DisruptedPods map too big - too "
-                                       "many evictions not confirmed by PDB controller")
-            if allowed == 0:
-                raise errors.StatusError(
-                    429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
-                    {"causes": [{"reason": "DisruptionBudget", "message": f"The disruption budget {pdb_name} needs "
-                                 f"{int(status.get('desiredHealthy') or 0)} healthy pods and has "
-                                 f"{int(status.get('currentHealthy') or 0)} currently"}]},
-                )
-            if dry_run:
-                return
-            status["disruptionsAllowed"] = allowed - 1
-            if allowed == 1:
-                status["conditions"] = _disruption_not_allowed(status)
-            status["disruptedPods"] = {**(status.get("disruptedPods") or {}), pod_name: now_rfc3339()}
-            try:
-                await pdb_store.update(ns, pdb_name, {**pdb, "status": status},
-                                       WriteOptions(field_manager="kube-apiserver"), subresource="status")
-                return
-            except errors.StatusError as exc:
-                if exc.code != 409:
-                    raise
-        raise errors.StatusError(504, "Timeout", f'couldn\'t update PodDisruptionBudget "{pdb_name}" due to conflicts',
-                                 {"retryAfterSeconds": 10})
-
-    async def _delete_evicted(self, store: RESTStore, ns: str | None, name: str, opts: DeleteOptions) -> None:
-        """Mark the pod a DisruptionTarget of the eviction API, then delete it (upstream's addConditionAndDeletePod)."""
-        if not opts.dry_run:
-            for _ in range(EVICTION_RETRIES):
-                pod = await store.get(ns, name)
-                meta = pod["metadata"]
-                if opts.precondition_uid and opts.precondition_uid != meta.get("uid"):
-                    raise errors.conflict("pods", "", name, "Precondition failed: UID in precondition: "
-                                          f"{opts.precondition_uid}, UID in object meta: {meta.get('uid', '')}")
-                if opts.precondition_rv and opts.precondition_rv != meta.get("resourceVersion"):
-                    raise errors.conflict("pods", "", name, "Precondition failed: ResourceVersion in precondition: "
-                                          f"{opts.precondition_rv}, ResourceVersion in object meta: "
-                                          f"{meta.get('resourceVersion', '')}")
-                status = dict(pod.get("status") or {})
-                status["conditions"] = _with_disruption_target(status.get("conditions") or [])
-                try:
-                    updated, _ = await store.update(ns, name, {**pod, "status": status},
-                                                    WriteOptions(field_manager="kube-apiserver"), subresource="status")
-                except errors.StatusError as exc:
-                    if exc.code != 409 or opts.precondition_rv:
-                        raise
-                    continue
-                if opts.precondition_rv:
-                    opts = dataclasses.replace(opts, precondition_rv=updated["metadata"]["resourceVersion"])
-                break
-        await store.delete(ns, name, opts)
-
-
-# -- eviction (upstream's pkg/registry/core/pod/storage/eviction.go) ------------------------------------
-
-#: upstream's EvictionsRetry steps: attempts at a write that keeps conflicting
-EVICTION_RETRIES = 20
-#: upstream's MaxDisruptedPodSize: evictions a budget may hold unconfirmed by the disruption controller
-MAX_DISRUPTED_PODS = 2000
-
-
-def _pod_ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
-
-
-def _eviction_ignores_budget(pod: dict[str, Any]) -> bool:
-    """Finished, not yet running, or already being deleted: evicting it disrupts nothing more."""
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed", "Pending") or bool(
-        pod["metadata"].get("deletionTimestamp"))
-
-
-def _budget_not_processed(pdb_name: str) -> errors.StatusError:
-    return errors.StatusError(
-        429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
-        {"causes": [{"reason": "DisruptionBudget",
-                     "message": f"The disruption budget {pdb_name} is still being processed by the server."}],
-         "retryAfterSeconds": 10},
-    )
-
-
-def _set_condition(conditions: list[dict[str, Any]], new: dict[str, Any]) -> list[dict[str, Any]]:
-    """The conditions with `new` in place of its type; lastTransitionTime moves only when the status does."""
-    out = [dict(c) for c in conditions]
-    for cond in out:
-        if cond.get("type") == new["type"]:
-            if cond.get("status") != new["status"]:
-                cond["lastTransitionTime"] = now_rfc3339()
-            cond.update(new)
-            return out
-    return [*out, {**new, "lastTransitionTime": now_rfc3339()}]
-
-
-def _disruption_not_allowed(status: dict[str, Any]) -> list[dict[str, Any]]:
-    return _set_condition(status.get("conditions") or [], {
-        "type": "DisruptionAllowed", "status": "False", "reason": "InsufficientPods", "message": "",
-        "observedGeneration": int(status.get("observedGeneration") or 0)})
-
-
-def _with_disruption_target(conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return _set_condition(conditions, {"type": "DisruptionTarget", "status": "True",
-                                       "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"})
+        if rest.body_optional and not raw.strip():
+            return {}
+        return _decode_as(raw, request.headers.get("content-type"), *rest.kind)
