@@ -287,6 +287,11 @@ class RESTStore:
             raise errors.too_large_resource_version(rv, self.ctx.cache.revision)
         return self._list_cache(namespace, pred), {"resourceVersion": str(self.ctx.cache.revision)}
 
+    async def list_objects(self, namespace: str | None, opts: ListOptions) -> list[Obj]:
+        """What `list` finds, as objects of this resource's version (for code that reads them, not a client)."""
+        items, _ = await self.list(namespace, opts)
+        return [self.out(item.obj if isinstance(item, Entry) else item) for item in items]
+
     def _list_cache(self, namespace: str | None, pred: Callable[[Obj], bool] | None) -> list[Entry | Obj]:
         entries = self.cache.entries
         prefix = self.ns_prefix(namespace)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from apiserver.registry.store import DeleteOptions, RESTStore, WriteOptions
+from apiserver.registry.store import DeleteOptions, ListOptions, RESTStore, WriteOptions
 from apiserver.registry.strategy import Obj
 from apiserver.registry.subresources.base import SubresourceREST, success
 from services.api import errors
@@ -55,7 +55,7 @@ class EvictionREST(SubresourceREST):
             except errors.StatusError as exc:
                 if exc.code != 409 or opts.precondition_rv or attempt == EVICTION_RETRIES - 1:
                     raise
-        budgets = self._pod_budgets(pod)
+        budgets = await self._pod_budgets(pod)
         if len(budgets) > 1:
             return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                     "message": "This pod has more than one PodDisruptionBudget, which the eviction "
@@ -83,23 +83,21 @@ class EvictionREST(SubresourceREST):
             raise
         return success()
 
-    def _pod_budgets(self, pod: dict[str, Any]) -> list[dict[str, Any]]:
-        """The PodDisruptionBudgets of the pod's namespace whose selector matches it ({} matches all)."""
+    async def _pod_budgets(self, pod: Obj) -> list[Obj]:
+        """The PodDisruptionBudgets of the pod's namespace whose selector matches it ({} matches all), read
+        through the budgets' store as upstream's eviction lists them."""
         pdb_store = self.deps.stores.get(PDB)
         if pdb_store is None:
             return []
-        prefix = pdb_store.ns_prefix(pod["metadata"].get("namespace"))
         labels = pod["metadata"].get("labels") or {}
         found = []
-        for key, entry in pdb_store.cache.entries.items():
-            if not key.startswith(prefix):
-                continue
+        for pdb in await pdb_store.list_objects(pod["metadata"].get("namespace"), ListOptions()):
             try:
-                selector = LabelSelector.from_dict((entry.obj.get("spec") or {}).get("selector"))
+                selector = LabelSelector.from_dict((pdb.get("spec") or {}).get("selector"))
             except ValueError:
                 continue
             if selector.matches(labels):
-                found.append(entry.obj)
+                found.append(pdb)
         return found
 
     async def _take_disruption(self, pdb_name: str, ns: str | None, pod_name: str, dry_run: bool) -> None:

@@ -41,8 +41,11 @@ class TokenREST(SubresourceREST):
             node_name = (target.get("spec") or {}).get("nodeName") if kind == "Pod" else None
             if node_name:
                 # As upstream's ServiceAccountTokenPodNodeInfo: a pod's token names its node too, if it exists.
-                nodes = stores[("", "v1", "nodes")]
-                node = nodes.cache.entries.get(nodes.key(None, node_name))
-                if node is not None:
-                    bound["node"] = {"name": node_name, "uid": node.obj["metadata"].get("uid", "")}
+                try:
+                    node = await stores[("", "v1", "nodes")].get(None, node_name, "0")
+                except errors.StatusError as exc:
+                    if exc.code != 404:
+                        raise
+                else:
+                    bound["node"] = {"name": node_name, "uid": node["metadata"].get("uid", "")}
         return self.deps.sign_token(body, ns, account, bound)
