@@ -135,165 +135,8 @@ def create_app(server: Any) -> FastAPI:
     app.state.authenticator = authenticator
     app.state.authorizer = authorizer
 
-    async def serve(request: Request, legacy: bool, path: str) -> Response:
-        if not server.ready:
-            raise errors.StatusError(503, "ServiceUnavailable", "the apiserver is starting")
-        parts = _segments(request, path)
-        target = parse_path(server.catalog, legacy, parts)
-        if target is None:
-            if request.method != "GET":
-                raise errors.method_not_allowed()
-            return discovery_response(request, legacy, parts)
-        if request.method not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
-            raise errors.method_not_allowed()
-        group = target.res.group
-        if group in REVIEW_GROUPS and request.method == "POST" and not target.subresource \
-                and target.res.kind in reviews.REVIEW_KINDS:
-            return await review(request, target)
-        if group == RBAC_GROUP and request.method in ("POST", "PUT", "PATCH"):
-            await guard_escalation(request, target)
-        if not group and target.res.plural == "componentstatuses" and not target.subresource:
-            return await component_statuses(request, target)
-        if group == certificates.GROUP and target.subresource in ("approval", "status") \
-                and request.method in ("PUT", "PATCH"):
-            await guard_signer(request, target)
-        if group == certificates.GROUP and request.method == "POST" and not target.subresource:
-            await restrict_subject(request, target)
-        return await handler.handle(request, target)
-
-    components = componentstatus.Components(server.etcd.current_revision, options.scheduler_health_url,
-                                            options.controller_manager_health_url)
-
-    async def component_statuses(request: Request, target: Target) -> Response:
-        """Probed on every request, never stored; upstream marks the API deprecated in a Warning."""
-        params = request.query_params
-        if request.method != "GET" or params.get("watch", "").lower() in ("true", "1"):
-            raise errors.method_not_allowed()
-        rep = negotiate(request.headers.get("accept"), is_list=target.name is None,
-                        include_object=params.get("includeObject", "Metadata"))
-        store = server.store("", "v1", "componentstatuses")
-        if target.name:
-            response = handler.render(await componentstatus.get_status(components, target.name), rep, target.res)
-        else:
-            items: list[Any] = await componentstatus.list_statuses(components)
-            response = handler.render_list(store, items, {"resourceVersion": ""}, rep)
-        response.headers["Warning"] = componentstatus.DEPRECATION_WARNING
-        return response
-
-    async def review(request: Request, target: Target) -> Response:
-        """The review APIs answer from this apiserver's own authenticators and authorizers."""
-        raw = await read_body(request)
-        body = decode_body(raw, request.headers.get("content-type")) if raw.strip() else None
-        kind = target.res.kind
-        if isinstance(body, dict):
-            wrong_type = typecheck.type_error(target.res.api_version, kind, body)
-            if wrong_type is not None:
-                raise wrong_type
-        user = request_user(request)
-        if kind == "TokenReview":
-            out = reviews.token_review(authenticator, body)
-        elif kind == "SelfSubjectReview":
-            out = reviews.self_subject_review(body, user)
-        else:
-            out = reviews.access_review(kind, body, user, authorizer, target.namespace)
-        return Response(orjson.dumps(out), 201, media_type="application/json")
-
-    async def written_object(request: Request, target: Target) -> tuple[Any, Any]:
-        """(object as it would be stored, current object) of an RBAC write; (None, None) when the handler
-        will refuse the request anyway (bad body, missing object), so it answers with its own error."""
-        store = server.store(target.res.group, target.res.version, target.res.plural)
-        raw = await read_body(request)
-        content_type = request.headers.get("content-type")
-        current = None
-        if target.name:
-            try:
-                current = await store.get(target.namespace, target.name)
-            except errors.StatusError:
-                current = None
-        try:
-            if request.method != "PATCH":
-                written = decode_body(raw, content_type)
-            else:
-                patch_type = PATCH_TYPES.get(media_type(content_type))
-                written = decode_body(raw, content_type)
-                if patch_type != "apply":
-                    if patch_type is None or current is None:
-                        return None, None
-                    written = apply_patch(patch_type, orjson.loads(orjson.dumps(current)), written)
-        except errors.StatusError:
-            return None, None
-        # read as the handler will read it (its nulls as Go's); one it refuses is refused there
-        if not isinstance(written, dict) or typecheck.decode(target.res.api_version, target.res.kind, written):
-            return None, None
-        return written, current
-
-    async def guard_escalation(request: Request, target: Target) -> None:
-        """Nobody grants what they do not hold, unless allowed to `escalate` (roles) or `bind` (bindings)."""
-        user = request_user(request)
-        if authorizer.always_allow or escalation_allowed(user) or target.subresource:
-            return
-        obj, current = await written_object(request, target)
-        if not isinstance(obj, dict):
-            return
-        res = target.res
-        name = target.name or str((obj.get("metadata") or {}).get("name") or "")
-        refusal = rbac.escalation_refusal(authorizer.allowed, user, res.kind, target.namespace or "", name, obj,
-                                          current)
-        if refusal:
-            raise errors.forbidden(res.plural, RBAC_GROUP, name, refusal)
-
-    async def guard_signer(request: Request, target: Target) -> None:
-        """Upstream's CertificateApproval and CertificateSigning admission: approving or denying needs
-        `approve`, issuing a certificate `sign`, on the request's signer (or its domain's wildcard)."""
-        if authorizer.always_allow:
-            return
-        obj, current = await written_object(request, target)
-        if not isinstance(obj, dict) or current is None:
-            return
-        verb = certificates.signer_verb(target.subresource, obj, current)
-        if not verb:
-            return
-        user = request_user(request)
-        signer = str((current.get("spec") or {}).get("signerName") or "")
-        for name in certificates.signer_names(signer):
-            decision, _ = authorizer.authorize(Attributes(user, verb, True, api_group=certificates.GROUP,
-                                                          api_version="*", resource=certificates.SIGNERS, name=name))
-            if decision == ALLOW:
-                return
-        raise errors.forbidden(target.res.plural, certificates.GROUP, target.name or "",
-                               f'user not permitted to {verb} requests with signerName "{signer}"')
-
-    async def restrict_subject(request: Request, target: Target) -> None:
-        """Upstream's CertificateSubjectRestriction admission on a new CSR."""
-        obj, _ = await written_object(request, target)
-        refusal = certificates.subject_restriction(obj) if isinstance(obj, dict) else ""
-        if refusal:
-            name = str((obj.get("metadata") or {}).get("name") or "")  # type: ignore[union-attr]
-            raise errors.forbidden(target.res.plural, certificates.GROUP, name, refusal)
-
-    def discovery_response(request: Request, legacy: bool, parts: list[str]) -> Response:
-        catalog = server.catalog
-        accept = request.headers.get("accept")
-        if not parts:
-            agg = discovery.wants_aggregated(accept)
-            if agg is not None:
-                version, content_type = agg
-                body = discovery.aggregated(catalog, legacy, version)
-                return Response(orjson.dumps(body), 200, media_type=content_type)
-            if legacy:
-                host = request.headers.get("host", "")
-                return Response(orjson.dumps(discovery.api_versions(host)), media_type="application/json")
-            return Response(orjson.dumps(discovery.api_group_list(catalog)), media_type="application/json")
-        doc: dict[str, Any] | None
-        if legacy:
-            doc = discovery.api_resource_list(catalog, "", parts[0]) if len(parts) == 1 else None
-        elif len(parts) == 1:
-            doc = discovery.api_group_doc(catalog, parts[0])
-        else:
-            doc = discovery.api_resource_list(catalog, parts[0], parts[1])
-        if doc is None:
-            raise errors.StatusError(404, "NotFound", "the server could not find the requested resource", {})
-        return Response(orjson.dumps(doc), media_type="application/json")
+    paths = APIPaths(server, handler, authenticator, authorizer, rbac)
+    serve = paths.serve
 
     @app.api_route("/api", methods=methods)
     async def api_root(request: Request) -> Response:
@@ -549,3 +392,178 @@ class APIApp:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class APIPaths:
+    """Every path under `/api` and `/apis` once the request is authorized: discovery documents, the
+    review APIs, ComponentStatus, the write guards (RBAC escalation, CSR signers and subjects), then the
+    resource handler."""
+
+    def __init__(self, server: Any, handler: ResourceHandler, authenticator: Authenticator, authorizer: Chain,
+                 rbac: RBACAuthorizer) -> None:
+        self.server = server
+        self.handler = handler
+        self.authenticator = authenticator
+        self.authorizer = authorizer
+        self.rbac = rbac
+        options = server.options
+        self.components = componentstatus.Components(server.etcd.current_revision, options.scheduler_health_url,
+                                                     options.controller_manager_health_url)
+
+    async def serve(self, request: Request, legacy: bool, path: str) -> Response:
+        if not self.server.ready:
+            raise errors.StatusError(503, "ServiceUnavailable", "the apiserver is starting")
+        parts = _segments(request, path)
+        target = parse_path(self.server.catalog, legacy, parts)
+        if target is None:
+            if request.method != "GET":
+                raise errors.method_not_allowed()
+            return self.discovery_response(request, legacy, parts)
+        if request.method not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+            raise errors.method_not_allowed()
+        group = target.res.group
+        if group in REVIEW_GROUPS and request.method == "POST" and not target.subresource \
+                and target.res.kind in reviews.REVIEW_KINDS:
+            return await self.review(request, target)
+        if group == RBAC_GROUP and request.method in ("POST", "PUT", "PATCH"):
+            await self.guard_escalation(request, target)
+        if not group and target.res.plural == "componentstatuses" and not target.subresource:
+            return await self.component_statuses(request, target)
+        if group == certificates.GROUP and target.subresource in ("approval", "status") \
+                and request.method in ("PUT", "PATCH"):
+            await self.guard_signer(request, target)
+        if group == certificates.GROUP and request.method == "POST" and not target.subresource:
+            await self.restrict_subject(request, target)
+        return await self.handler.handle(request, target)
+
+    async def component_statuses(self, request: Request, target: Target) -> Response:
+        """Probed on every request, never stored; upstream marks the API deprecated in a Warning."""
+        params = request.query_params
+        if request.method != "GET" or params.get("watch", "").lower() in ("true", "1"):
+            raise errors.method_not_allowed()
+        rep = negotiate(request.headers.get("accept"), is_list=target.name is None,
+                        include_object=params.get("includeObject", "Metadata"))
+        store = self.server.store("", "v1", "componentstatuses")
+        if target.name:
+            status = await componentstatus.get_status(self.components, target.name)
+            response = self.handler.render(status, rep, target.res)
+        else:
+            items: list[Any] = await componentstatus.list_statuses(self.components)
+            response = self.handler.render_list(store, items, {"resourceVersion": ""}, rep)
+        response.headers["Warning"] = componentstatus.DEPRECATION_WARNING
+        return response
+
+    async def review(self, request: Request, target: Target) -> Response:
+        """The review APIs answer from this apiserver's own authenticators and authorizers."""
+        raw = await read_body(request)
+        body = decode_body(raw, request.headers.get("content-type")) if raw.strip() else None
+        kind = target.res.kind
+        if isinstance(body, dict):
+            wrong_type = typecheck.type_error(target.res.api_version, kind, body)
+            if wrong_type is not None:
+                raise wrong_type
+        user = request_user(request)
+        if kind == "TokenReview":
+            out = reviews.token_review(self.authenticator, body)
+        elif kind == "SelfSubjectReview":
+            out = reviews.self_subject_review(body, user)
+        else:
+            out = reviews.access_review(kind, body, user, self.authorizer, target.namespace)
+        return Response(orjson.dumps(out), 201, media_type="application/json")
+
+    async def written_object(self, request: Request, target: Target) -> tuple[Any, Any]:
+        """(object as it would be stored, current object) of an RBAC write; (None, None) when the handler
+        will refuse the request anyway (bad body, missing object), so it answers with its own error."""
+        store = self.server.store(target.res.group, target.res.version, target.res.plural)
+        raw = await read_body(request)
+        content_type = request.headers.get("content-type")
+        current = None
+        if target.name:
+            try:
+                current = await store.get(target.namespace, target.name)
+            except errors.StatusError:
+                current = None
+        try:
+            if request.method != "PATCH":
+                written = decode_body(raw, content_type)
+            else:
+                patch_type = PATCH_TYPES.get(media_type(content_type))
+                written = decode_body(raw, content_type)
+                if patch_type != "apply":
+                    if patch_type is None or current is None:
+                        return None, None
+                    written = apply_patch(patch_type, orjson.loads(orjson.dumps(current)), written)
+        except errors.StatusError:
+            return None, None
+        # read as the handler will read it (its nulls as Go's); one it refuses is refused there
+        if not isinstance(written, dict) or typecheck.decode(target.res.api_version, target.res.kind, written):
+            return None, None
+        return written, current
+
+    async def guard_escalation(self, request: Request, target: Target) -> None:
+        """Nobody grants what they do not hold, unless allowed to `escalate` (roles) or `bind` (bindings)."""
+        user = request_user(request)
+        if self.authorizer.always_allow or escalation_allowed(user) or target.subresource:
+            return
+        obj, current = await self.written_object(request, target)
+        if not isinstance(obj, dict):
+            return
+        res = target.res
+        name = target.name or str((obj.get("metadata") or {}).get("name") or "")
+        refusal = self.rbac.escalation_refusal(self.authorizer.allowed, user, res.kind, target.namespace or "", name,
+                                               obj, current)
+        if refusal:
+            raise errors.forbidden(res.plural, RBAC_GROUP, name, refusal)
+
+    async def guard_signer(self, request: Request, target: Target) -> None:
+        """Upstream's CertificateApproval and CertificateSigning admission: approving or denying needs
+        `approve`, issuing a certificate `sign`, on the request's signer (or its domain's wildcard)."""
+        if self.authorizer.always_allow:
+            return
+        obj, current = await self.written_object(request, target)
+        if not isinstance(obj, dict) or current is None:
+            return
+        verb = certificates.signer_verb(target.subresource, obj, current)
+        if not verb:
+            return
+        user = request_user(request)
+        signer = str((current.get("spec") or {}).get("signerName") or "")
+        for name in certificates.signer_names(signer):
+            decision, _ = self.authorizer.authorize(Attributes(user, verb, True, api_group=certificates.GROUP,
+                                                          api_version="*", resource=certificates.SIGNERS, name=name))
+            if decision == ALLOW:
+                return
+        raise errors.forbidden(target.res.plural, certificates.GROUP, target.name or "",
+                               f'user not permitted to {verb} requests with signerName "{signer}"')
+
+    async def restrict_subject(self, request: Request, target: Target) -> None:
+        """Upstream's CertificateSubjectRestriction admission on a new CSR."""
+        obj, _ = await self.written_object(request, target)
+        refusal = certificates.subject_restriction(obj) if isinstance(obj, dict) else ""
+        if refusal:
+            name = str((obj.get("metadata") or {}).get("name") or "")  # type: ignore[union-attr]
+            raise errors.forbidden(target.res.plural, certificates.GROUP, name, refusal)
+
+    def discovery_response(self, request: Request, legacy: bool, parts: list[str]) -> Response:
+        catalog = self.server.catalog
+        accept = request.headers.get("accept")
+        if not parts:
+            agg = discovery.wants_aggregated(accept)
+            if agg is not None:
+                version, content_type = agg
+                body = discovery.aggregated(catalog, legacy, version)
+                return Response(orjson.dumps(body), 200, media_type=content_type)
+            if legacy:
+                host = request.headers.get("host", "")
+                return Response(orjson.dumps(discovery.api_versions(host)), media_type="application/json")
+            return Response(orjson.dumps(discovery.api_group_list(catalog)), media_type="application/json")
+        doc: dict[str, Any] | None
+        if legacy:
+            doc = discovery.api_resource_list(catalog, "", parts[0]) if len(parts) == 1 else None
+        elif len(parts) == 1:
+            doc = discovery.api_group_doc(catalog, parts[0])
+        else:
+            doc = discovery.api_resource_list(catalog, parts[0], parts[1])
+        if doc is None:
+            raise errors.StatusError(404, "NotFound", "the server could not find the requested resource", {})
+        return Response(orjson.dumps(doc), media_type="application/json")
