@@ -1,4 +1,12 @@
-"""The ASGI application: authentication and authorization, routes, error bodies, health and metrics."""
+"""The apiserver's front door: one request from the socket to the resource's store.
+
+`APIApp.__call__` is the handler chain, in upstream's order (DefaultBuildHandlerChain, outermost
+first): authenticate, audit, impersonate, max-in-flight, authorize. An authorized request then goes to
+the node and pod streams and proxies, to `APIPaths.serve` for everything under `/api` and `/apis`
+(discovery, reviews, the write guards, then `ResourceHandler`: decode the body once, size and depth
+capped, and run the verb on the resource's `RESTStore`, which admits, validates and writes to etcd),
+and to the FastAPI app of `create_app` for the rest (version, health, metrics, OpenAPI).
+"""
 
 from __future__ import annotations
 
@@ -80,7 +88,8 @@ def version_info() -> dict[str, Any]:
 
 
 def create_app(server: Any) -> FastAPI:
-    """Build the app around a running `apiserver.server.APIServer`."""
+    """The paths outside `/api` and `/apis` (version, health, metrics, OpenAPI) and the lifespan that
+    starts and stops the `apiserver.server.APIServer`."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -119,41 +128,6 @@ def create_app(server: Any) -> FastAPI:
         log.exception("unhandled error", path=request.url.path, method=request.method)
         return _status_response(errors.internal(f"{type(exc).__name__}: {exc}"))
 
-    handler = ResourceHandler(server.stores, server.tokens)
-    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
-    options = server.options
-    rbac = RBACAuthorizer(*(server.store(RBAC_GROUP, "v1", plural).cache
-                            for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")))
-    modes = {"AlwaysAllow": AlwaysAllow(), "AlwaysDeny": AlwaysDeny(), "RBAC": rbac}
-    authorizer = Chain([modes[m] for m in options.authorization_modes])
-    authenticator = Authenticator(
-        server.tokens, load_token_file(options.token_auth_file) if options.token_auth_file else None,
-        options.anonymous_auth, lambda plural: server.store("", "v1", plural),
-        bootstrap=BootstrapTokenAuthenticator(lambda: server.store("", "v1", "secrets").cache, server.ctx.root)
-        if options.enable_bootstrap_token_auth else None,
-    )
-    app.state.authenticator = authenticator
-    app.state.authorizer = authorizer
-
-    paths = APIPaths(server, handler, authenticator, authorizer, rbac)
-    serve = paths.serve
-
-    @app.api_route("/api", methods=methods)
-    async def api_root(request: Request) -> Response:
-        return await serve(request, True, "")
-
-    @app.api_route("/api/{path:path}", methods=methods)
-    async def api_path(request: Request, path: str) -> Response:
-        return await serve(request, True, path)
-
-    @app.api_route("/apis", methods=methods)
-    async def apis_root(request: Request) -> Response:
-        return await serve(request, False, "")
-
-    @app.api_route("/apis/{path:path}", methods=methods)
-    async def apis_path(request: Request, path: str) -> Response:
-        return await serve(request, False, path)
-
     @app.get("/version")
     async def version() -> Response:
         return Response(orjson.dumps(version_info()), media_type="application/json")
@@ -187,8 +161,27 @@ def create_app(server: Any) -> FastAPI:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(openapi.router)
-    app.state.serve = serve
     return app
+
+
+def build_authorizer(server: Any) -> tuple[Chain, RBACAuthorizer]:
+    """The --authorization-mode chain, in the order given, and the RBAC authorizer (whether in the
+    chain or not: the escalation guard asks it what a user holds)."""
+    rbac = RBACAuthorizer(*(server.store(RBAC_GROUP, "v1", plural).cache
+                            for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")))
+    modes = {"AlwaysAllow": AlwaysAllow(), "AlwaysDeny": AlwaysDeny(), "RBAC": rbac}
+    return Chain([modes[m] for m in server.options.authorization_modes]), rbac
+
+
+def build_authenticator(server: Any) -> Authenticator:
+    """Client certificates, bearer tokens (service accounts, the token file, bootstrap tokens), anonymous."""
+    options = server.options
+    return Authenticator(
+        server.tokens, load_token_file(options.token_auth_file) if options.token_auth_file else None,
+        options.anonymous_auth, lambda plural: server.store("", "v1", plural),
+        bootstrap=BootstrapTokenAuthenticator(lambda: server.store("", "v1", "secrets").cache, server.ctx.root)
+        if options.enable_bootstrap_token_auth else None,
+    )
 
 
 def _raw_path(scope: dict[str, Any]) -> str | None:
@@ -232,7 +225,7 @@ async def _refuse(scope: dict[str, Any], receive: Any, send: Any, exc: errors.St
 
 class APIApp:
     """The ASGI entry point and its filter chain, in upstream's order: authenticate, audit,
-    impersonate, max-in-flight, authorize; then resource paths go straight to the handler and the rest
+    impersonate, max-in-flight, authorize; then `/api` and `/apis` go straight to `APIPaths` and the rest
     through FastAPI.
 
     Resource requests are the hot path; skipping the framework's routing and
@@ -243,13 +236,13 @@ class APIApp:
                  audit: Auditor | None = None, inflight: MaxInFlight | None = None) -> None:
         self.app = create_app(server)
         self.server = server
-        self.serve = self.app.state.serve
-        self.state = self.app.state
         self.kubelet = kubelet
-        self.authenticator: Authenticator = self.state.authenticator
-        self.authorizer: Chain = self.state.authorizer
+        self.authenticator = build_authenticator(server)
+        self.authorizer, rbac = build_authorizer(server)
         self.audit = audit
         self.inflight = inflight
+        self.api = APIPaths(server, ResourceHandler(server.stores, server.tokens), self.authenticator,
+                            self.authorizer, rbac)
 
     def _authenticate(self, scope: dict[str, Any], receive: Any, creds: Credentials) -> UserInfo:
         """Who sent the request; a 401 StatusError when its credentials are refused."""
@@ -383,7 +376,7 @@ class APIApp:
             if legacy or path == "/apis" or path.startswith("/apis/"):
                 request = Request(scope, receive)
                 try:
-                    response = await self.serve(request, legacy, path[4:] if legacy else path[5:])
+                    response = await self.api.serve(request, legacy, path[4:] if legacy else path[5:])
                 except errors.StatusError as exc:
                     response = _status_response(exc)
                 except Exception as exc:  # noqa: BLE001 - every failure must still be a Status
