@@ -49,10 +49,9 @@ from apiserver.auth.authz import (
 from apiserver.auth.bootstraptoken import BootstrapTokenAuthenticator
 from apiserver.auth.rbac import RBAC_GROUP, RBACAuthorizer, escalation_allowed
 from apiserver.endpoints import discovery, openapi, proxy, typecheck
-from apiserver.endpoints.negotiation import PATCH_TYPES, body_read, decode_body, media_type, negotiate, read_body
-from apiserver.endpoints.resources import ResourceHandler, Target, parse_path
+from apiserver.endpoints.negotiation import body_read, decode_body, decoded_body, negotiate, read_body
+from apiserver.endpoints.resources import Guard, ResourceHandler, Target, parse_path
 from apiserver.registry import certificates, componentstatus
-from apiserver.registry.store import apply_patch
 from apiserver.serving.inflight import MaxInFlight, long_running, too_many_requests
 from services.api import errors
 from services.auth.identity import MASTERS, UserInfo
@@ -418,16 +417,17 @@ class APIPaths:
         if group in REVIEW_GROUPS and request.method == "POST" and not target.subresource \
                 and target.res.kind in reviews.REVIEW_KINDS:
             return await self.review(request, target)
-        if group == RBAC_GROUP and request.method in ("POST", "PUT", "PATCH"):
-            await self.guard_escalation(request, target)
         if not group and target.res.plural == "componentstatuses" and not target.subresource:
             return await self.component_statuses(request, target)
+        guard = None
+        if group == RBAC_GROUP and request.method in ("POST", "PUT", "PATCH"):
+            guard = self.guard_escalation(request, target)
         if group == certificates.GROUP and target.subresource in ("approval", "status") \
                 and request.method in ("PUT", "PATCH"):
-            await self.guard_signer(request, target)
+            guard = self.guard_signer(request, target)
         if group == certificates.GROUP and request.method == "POST" and not target.subresource:
-            await self.restrict_subject(request, target)
-        return await self.handler.handle(request, target)
+            guard = self.restrict_subject(target)
+        return await self.handler.handle(request, target, guard)
 
     async def component_statuses(self, request: Request, target: Target) -> Response:
         """Probed on every request, never stored; upstream marks the API deprecated in a Warning."""
@@ -449,7 +449,7 @@ class APIPaths:
     async def review(self, request: Request, target: Target) -> Response:
         """The review APIs answer from this apiserver's own authenticators and authorizers."""
         raw = await read_body(request)
-        body = decode_body(raw, request.headers.get("content-type")) if raw.strip() else None
+        body = await decoded_body(request) if raw.strip() else None
         kind = target.res.kind
         if isinstance(body, dict):
             wrong_type = typecheck.type_error(target.res.api_version, kind, body)
@@ -464,78 +464,59 @@ class APIPaths:
             out = reviews.access_review(kind, body, user, self.authorizer, target.namespace)
         return Response(orjson.dumps(out), 201, media_type="application/json")
 
-    async def written_object(self, request: Request, target: Target) -> tuple[Any, Any]:
-        """(object as it would be stored, current object) of an RBAC write; (None, None) when the handler
-        will refuse the request anyway (bad body, missing object), so it answers with its own error."""
-        store = self.server.store(target.res.group, target.res.version, target.res.plural)
-        raw = await read_body(request)
-        content_type = request.headers.get("content-type")
-        current = None
-        if target.name:
-            try:
-                current = await store.get(target.namespace, target.name)
-            except errors.StatusError:
-                current = None
-        try:
-            if request.method != "PATCH":
-                written = decode_body(raw, content_type)
-            else:
-                patch_type = PATCH_TYPES.get(media_type(content_type))
-                written = decode_body(raw, content_type)
-                if patch_type != "apply":
-                    if patch_type is None or current is None:
-                        return None, None
-                    written = apply_patch(patch_type, orjson.loads(orjson.dumps(current)), written)
-        except errors.StatusError:
-            return None, None
-        # read as the handler will read it (its nulls as Go's); one it refuses is refused there
-        if not isinstance(written, dict) or typecheck.decode(target.res.api_version, target.res.kind, written):
-            return None, None
-        return written, current
-
-    async def guard_escalation(self, request: Request, target: Target) -> None:
-        """Nobody grants what they do not hold, unless allowed to `escalate` (roles) or `bind` (bindings)."""
+    def guard_escalation(self, request: Request, target: Target) -> Guard | None:
+        """Nobody grants what they do not hold, unless allowed to `escalate` (roles) or `bind` (bindings):
+        checked on the object the write would store, once decoded (and patched)."""
         user = request_user(request)
         if self.authorizer.always_allow or escalation_allowed(user) or target.subresource:
-            return
-        obj, current = await self.written_object(request, target)
-        if not isinstance(obj, dict):
-            return
+            return None
         res = target.res
-        name = target.name or str((obj.get("metadata") or {}).get("name") or "")
-        refusal = self.rbac.escalation_refusal(self.authorizer.allowed, user, res.kind, target.namespace or "", name,
-                                               obj, current)
-        if refusal:
-            raise errors.forbidden(res.plural, RBAC_GROUP, name, refusal)
 
-    async def guard_signer(self, request: Request, target: Target) -> None:
+        def check(obj: dict[str, Any], current: dict[str, Any] | None) -> None:
+            name = target.name or str((obj.get("metadata") or {}).get("name") or "")
+            refusal = self.rbac.escalation_refusal(self.authorizer.allowed, user, res.kind, target.namespace or "",
+                                                   name, obj, current)
+            if refusal:
+                raise errors.forbidden(res.plural, RBAC_GROUP, name, refusal)
+
+        return check
+
+    def guard_signer(self, request: Request, target: Target) -> Guard | None:
         """Upstream's CertificateApproval and CertificateSigning admission: approving or denying needs
         `approve`, issuing a certificate `sign`, on the request's signer (or its domain's wildcard)."""
         if self.authorizer.always_allow:
-            return
-        obj, current = await self.written_object(request, target)
-        if not isinstance(obj, dict) or current is None:
-            return
-        verb = certificates.signer_verb(target.subresource, obj, current)
-        if not verb:
-            return
+            return None
         user = request_user(request)
-        signer = str((current.get("spec") or {}).get("signerName") or "")
-        for name in certificates.signer_names(signer):
-            decision, _ = self.authorizer.authorize(Attributes(user, verb, True, api_group=certificates.GROUP,
-                                                          api_version="*", resource=certificates.SIGNERS, name=name))
-            if decision == ALLOW:
-                return
-        raise errors.forbidden(target.res.plural, certificates.GROUP, target.name or "",
-                               f'user not permitted to {verb} requests with signerName "{signer}"')
 
-    async def restrict_subject(self, request: Request, target: Target) -> None:
+        def check(obj: dict[str, Any], current: dict[str, Any] | None) -> None:
+            if current is None:
+                return
+            verb = certificates.signer_verb(target.subresource, obj, current)
+            if not verb:
+                return
+            signer = str((current.get("spec") or {}).get("signerName") or "")
+            for name in certificates.signer_names(signer):
+                decision, _ = self.authorizer.authorize(Attributes(
+                    user, verb, True, api_group=certificates.GROUP, api_version="*", resource=certificates.SIGNERS,
+                    name=name))
+                if decision == ALLOW:
+                    return
+            raise errors.forbidden(target.res.plural, certificates.GROUP, target.name or "",
+                                   f'user not permitted to {verb} requests with signerName "{signer}"')
+
+        return check
+
+    @staticmethod
+    def restrict_subject(target: Target) -> Guard:
         """Upstream's CertificateSubjectRestriction admission on a new CSR."""
-        obj, _ = await self.written_object(request, target)
-        refusal = certificates.subject_restriction(obj) if isinstance(obj, dict) else ""
-        if refusal:
-            name = str((obj.get("metadata") or {}).get("name") or "")  # type: ignore[union-attr]
-            raise errors.forbidden(target.res.plural, certificates.GROUP, name, refusal)
+
+        def check(obj: dict[str, Any], current: dict[str, Any] | None) -> None:
+            refusal = certificates.subject_restriction(obj)
+            if refusal:
+                name = str((obj.get("metadata") or {}).get("name") or "")
+                raise errors.forbidden(target.res.plural, certificates.GROUP, name, refusal)
+
+        return check
 
     def discovery_response(self, request: Request, legacy: bool, parts: list[str]) -> Response:
         catalog = self.server.catalog

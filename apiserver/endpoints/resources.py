@@ -25,7 +25,7 @@ from apiserver.endpoints.negotiation import (
     PATCH_TYPES,
     PROTOBUF,
     Representation,
-    decode_body,
+    decoded_body,
     media_type,
     negotiate,
     read_body,
@@ -181,15 +181,11 @@ def _patched_decoder(res: Resource) -> Callable[[dict[str, Any]], None]:
     return check
 
 
-def _decode_as(raw: bytes, content_type: str | None, api_version: str, kind: str) -> dict[str, Any]:
+async def _decode_as(request: Request, api_version: str, kind: str) -> dict[str, Any]:
     """A subresource's body decoded as upstream decodes it into the Go struct of `kind`: its nulls
     read, and 400 when it is no object or has fields of the wrong type."""
-    body = decode_body(raw, content_type)
-    if not isinstance(body, dict):
-        raise errors.bad_request(f"a {kind} object is required")
-    wrong_type = typecheck.type_error(api_version, kind, body)
-    if wrong_type is not None:
-        raise wrong_type
+    body = await decoded_body(request)
+    _type_check(api_version, kind)(body)
     return body
 
 
@@ -206,6 +202,10 @@ def _type_check(api_version: str, kind: str) -> Callable[[dict[str, Any]], None]
     return check
 
 
+#: The front door's check of an object a write would store, and the current one (see `WriteOptions.guard`).
+Guard = Callable[[dict[str, Any], dict[str, Any] | None], None]
+
+
 def _pruner(res: Resource) -> Callable[[dict[str, Any]], list[str]]:
     """What decoding a body of this resource drops, in place, and where: the structural schema and
     ObjectMeta of a custom resource, upstream's Go struct of a built-in one."""
@@ -215,9 +215,10 @@ def _pruner(res: Resource) -> Callable[[dict[str, Any]], list[str]]:
     return lambda obj: fieldvalidation.prune_unknown_fields(res.api_version, res.kind, obj)
 
 
-def _write_options(request: Request, verb: str) -> WriteOptions:
+def _write_options(request: Request, verb: str, guard: Guard | None = None) -> WriteOptions:
     """Options of a write, validated as upstream validates the verb's options kind (a read has none);
-    the field manager defaults to the user agent's product, as upstream's does."""
+    the field manager defaults to the user agent's product, as upstream's does. `guard` is the front
+    door's own check of the object to be written (see `WriteOptions.guard`)."""
     params = request.query_params
     manager = params.get("fieldManager") or ""
     dry_run = params.getlist("dryRun")
@@ -230,7 +231,7 @@ def _write_options(request: Request, verb: str) -> WriteOptions:
     if not manager:
         manager = (request.headers.get("user-agent") or "").split("/", 1)[0] or "unknown"
     return WriteOptions(dry_run=bool(dry_run), field_manager=manager, force=_bool(params.get("force")),
-                        user=request.scope.get("pyk8s.user"))
+                        user=request.scope.get("pyk8s.user"), guard=guard)
 
 
 class ResourceHandler:
@@ -243,7 +244,8 @@ class ResourceHandler:
     def store(self, res: Resource) -> RESTStore:
         return self.stores[(res.group, res.version, res.plural)]
 
-    async def handle(self, request: Request, target: Target) -> Response:
+    async def handle(self, request: Request, target: Target, guard: Guard | None = None) -> Response:
+        """Run the request's verb; `guard` checks what a write would store before admission sees it."""
         method = request.method
         if target.legacy_watch and method != "GET":
             raise errors.method_not_allowed()
@@ -251,7 +253,7 @@ class ResourceHandler:
         started = time.monotonic()
         code = 500
         try:
-            response = await self._dispatch(request, target, verb)
+            response = await self._dispatch(request, target, verb, guard)
             code = response.status_code
             return response
         except errors.StatusError as exc:
@@ -279,7 +281,7 @@ class ResourceHandler:
             return "delete" if target.name else "deletecollection"
         return method.lower()
 
-    async def _dispatch(self, request: Request, target: Target, verb: str) -> Response:
+    async def _dispatch(self, request: Request, target: Target, verb: str, guard: Guard | None) -> Response:
         res = target.res
         store = self.store(res)
         params = request.query_params
@@ -287,7 +289,7 @@ class ResourceHandler:
         rep = negotiate(request.headers.get("accept"), is_list=target.name is None,
                         include_object=params.get("includeObject", "Metadata"))
         if sub:
-            return await self._subresource(request, target, store, verb, rep)
+            return await self._subresource(request, target, store, verb, rep, guard)
         if verb not in res.verbs:
             raise errors.method_not_allowed()
         ns, name = target.namespace, target.name
@@ -312,7 +314,7 @@ class ResourceHandler:
                 return await self._watch(request, target, store, opts, rep)
             items, list_meta = await store.list(ns, opts)
             return self._list(store, items, list_meta, rep)
-        wopts = _write_options(request, verb)
+        wopts = _write_options(request, verb, guard)
         dry_run = wopts.dry_run
         if verb == "create" and res.kind == "Binding" and not res.group:
             binder = subresources.BindingREST(store, self.deps)
@@ -353,13 +355,10 @@ class ResourceHandler:
         raise errors.method_not_allowed()
 
     # -- bodies -------------------------------------------------------------------
-    async def _raw(self, request: Request) -> bytes:
-        return await read_body(request)
-
     async def _body(self, request: Request, res: Resource) -> tuple[Any, list[str]]:
-        raw = await self._raw(request)
+        raw = await read_body(request)
         content_type = request.headers.get("content-type")
-        body = decode_body(raw, content_type)
+        body = await decoded_body(request)
         options_kind = "CreateOptions" if request.method == "POST" else "UpdateOptions"
         mode = fieldvalidation.directive(request.query_params.get("fieldValidation"), options_kind)
         if not isinstance(body, dict):
@@ -405,24 +404,24 @@ class ResourceHandler:
                 415, "UnsupportedMediaType",
                 f"the server does not support the patch type {mt!r}; supported: " + ", ".join(PATCH_TYPES),
             )
-        raw = await self._raw(request)
+        raw = await read_body(request)
         if patch_type == "apply":
             if not request.query_params.get("fieldManager"):
                 raise errors.invalid("PatchOptions", "meta.k8s.io", "", [errors.cause(
                     "fieldManager", "Required value: is required for apply patch", "FieldValueRequired")])
-            return patch_type, decode_body(raw, "application/apply-patch+yaml"), raw
-        if "force" in request.query_params:
+        elif "force" in request.query_params:
             raise errors.invalid("PatchOptions", "meta.k8s.io", "", [errors.cause(
                 "force", "Forbidden: may not be specified for non-apply patch", "FieldValueForbidden")])
-        return patch_type, decode_body(raw, "application/json"), raw
+        # The patch media types are JSON, or YAML for apply: the content type decodes them as they are.
+        return patch_type, await decoded_body(request), raw
 
     async def _delete_options(self, request: Request, dry_run: bool) -> DeleteOptions:
         params = request.query_params
         opts = DeleteOptions(dry_run=dry_run)
-        raw = await self._raw(request)
+        raw = await read_body(request)
         body: dict[str, Any] = {}
         if raw.strip():
-            decoded = decode_body(raw, request.headers.get("content-type"))
+            decoded = await decoded_body(request)
             if not isinstance(decoded, dict):
                 raise errors.bad_request("DeleteOptions must be a JSON object")
             # Upstream answers a DeleteOptions its decoder refuses with the bare decode error.
@@ -565,12 +564,13 @@ class ResourceHandler:
 
     # -- subresources -----------------------------------------------------------------
     async def _subresource(
-        self, request: Request, target: Target, store: RESTStore, verb: str, rep: Representation
+        self, request: Request, target: Target, store: RESTStore, verb: str, rep: Representation,
+        guard: Guard | None,
     ) -> Response:
         """HTTP around the subresource's REST object: decode what it takes, render what it returns (the
         parent's representations for a subresource of the parent's kind, JSON for one of its own)."""
         res, ns, name, sub = target.res, target.namespace, target.name or "", target.subresource
-        wopts = _write_options(request, verb)
+        wopts = _write_options(request, verb, guard)
         rest = subresources.rest_for(res, sub, store, self.deps)
         if rest is None:
             raise errors.StatusError(
@@ -590,7 +590,7 @@ class ResourceHandler:
             if rest.kind is None:
                 body, warnings = await self._body(request, res)
             else:
-                body = _decode_as(await self._raw(request), request.headers.get("content-type"), *rest.kind)
+                body = await _decode_as(request, *rest.kind)
             obj = await rest.update(ns, name, body, wopts)
         else:
             patch_type, patch, raw = await self._patch_request(request)
@@ -608,7 +608,6 @@ class ResourceHandler:
         """The body of a create on a subresource, as the Go struct of its kind; {} for an empty one
         where the subresource takes none."""
         assert rest.kind is not None
-        raw = await self._raw(request)
-        if rest.body_optional and not raw.strip():
+        if rest.body_optional and not (await read_body(request)).strip():
             return {}
-        return _decode_as(raw, request.headers.get("content-type"), *rest.kind)
+        return await _decode_as(request, *rest.kind)
