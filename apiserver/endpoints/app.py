@@ -48,9 +48,11 @@ from apiserver.auth.authz import (
 )
 from apiserver.auth.bootstraptoken import BootstrapTokenAuthenticator
 from apiserver.auth.rbac import RBAC_GROUP, RBACAuthorizer, escalation_allowed
-from apiserver.endpoints import discovery, openapi, proxy, typecheck
-from apiserver.endpoints.negotiation import body_read, decode_body, decoded_body, negotiate, read_body
-from apiserver.endpoints.resources import Guard, ResourceHandler, Target, parse_path
+from apiserver.endpoints.handlers import discovery, proxy
+from apiserver.endpoints.handlers.resources import Guard, ResourceHandler, Target, parse_path
+from apiserver.endpoints.openapi import spec as openapi
+from apiserver.endpoints.serialization import typecheck
+from apiserver.endpoints.serialization.negotiation import body_read, decode_body, decoded_body, negotiate, read_body
 from apiserver.registry import certificates, componentstatus
 from apiserver.serving.inflight import MaxInFlight, long_running, too_many_requests
 from services.api import errors

@@ -20,8 +20,11 @@ from prometheus_client import Counter, Histogram
 
 from apiserver.auth import reviews
 from apiserver.auth.tokens import TokenIssuer
-from apiserver.endpoints import fieldvalidation, options, tables, typecheck
-from apiserver.endpoints.negotiation import (
+from apiserver.endpoints.handlers import options
+from apiserver.endpoints.handlers.watch import WatchStream, error_event
+from apiserver.endpoints.printers import tables
+from apiserver.endpoints.serialization import fieldvalidation, typecheck
+from apiserver.endpoints.serialization.negotiation import (
     PATCH_TYPES,
     PROTOBUF,
     Representation,
@@ -31,7 +34,6 @@ from apiserver.endpoints.negotiation import (
     read_body,
     to_yaml,
 )
-from apiserver.endpoints.watch import WatchStream, error_event
 from apiserver.registry import crschema, subresources
 from apiserver.registry.store import DeleteOptions, ListOptions, RESTStore, WriteOptions
 from apiserver.storage.cache import Entry

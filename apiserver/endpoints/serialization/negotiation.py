@@ -9,7 +9,7 @@ import orjson
 import yaml
 from starlette.requests import Request
 
-from apiserver.endpoints import protobuf
+from apiserver.endpoints.serialization import protobuf
 from services.api import errors, nesting
 
 MAX_BODY_BYTES = 3 * 1024 * 1024
