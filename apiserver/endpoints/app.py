@@ -3,9 +3,11 @@
 `APIApp.__call__` is the handler chain, in upstream's order (DefaultBuildHandlerChain, outermost
 first): authenticate, audit, impersonate, max-in-flight, authorize. An authorized request then goes to
 the node and pod streams and proxies, to `APIPaths.serve` for everything under `/api` and `/apis`
-(discovery, reviews, the write guards, then `ResourceHandler`: decode the body once, size and depth
-capped, and run the verb on the resource's `RESTStore`, which admits, validates and writes to etcd),
-and to the FastAPI app of `create_app` for the rest (version, health, metrics, OpenAPI).
+(discovery, reviews, ComponentStatus, then `ResourceHandler`: decode the body once, size and depth
+capped, and run the verb on the resource's `RESTStore` or subresource REST object; the store runs the
+request's guards (RBAC escalation, CSR signers and subjects) on the object it would write, then
+mutating admission, the strategy, validating admission, and writes to etcd), and to the FastAPI app of
+`create_app` for the rest (version, health, metrics, OpenAPI).
 """
 
 from __future__ import annotations
