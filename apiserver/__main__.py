@@ -22,7 +22,7 @@ from apiserver.auth.authn import load_token_file
 from apiserver.auth.authz import MODES as AUTHORIZATION_MODES
 from apiserver.controlplane.leases import DEFAULT_TTL
 from apiserver.endpoints.app import APIApp
-from apiserver.endpoints.proxy import KubeletClientConfig
+from apiserver.endpoints.handlers.proxy import KubeletClientConfig
 from apiserver.registry.componentstatus import DEFAULT_CONTROLLER_MANAGER_URL, DEFAULT_SCHEDULER_URL
 from apiserver.server import DEFAULT_CERT_DIR, APIServer, Options
 from apiserver.serving import options as serving_options

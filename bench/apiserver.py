@@ -1,4 +1,4 @@
-"""Apiserver benchmark: create throughput and latency, list from cache, watch fan-out, RSS.
+"""Apiserver benchmark: create and get throughput and latency, list from cache, watch fan-out, RSS.
 
 Starts its own etcd and apiserver (or uses --server URL) and prints one line per figure.
 Run: python bench/apiserver.py [--pods 10000] [--clients 64] [--watchers 100]
@@ -44,11 +44,11 @@ class RawClient:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
-        head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+        head = (f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n").encode()
         self.writer.write(head + body)
         status_line = await self.reader.readline()
@@ -78,7 +78,7 @@ async def creates(url: str, ns: str, total: int, clients: int) -> tuple[float, l
             for i in counter:
                 body = pod(f"p-{i:06d}")
                 t0 = time.perf_counter()
-                status, payload = await client.post(f"/api/v1/namespaces/{ns}/pods", body)
+                status, payload = await client.request("POST", f"/api/v1/namespaces/{ns}/pods", body)
                 latencies.append(time.perf_counter() - t0)
                 if status != 201:
                     raise RuntimeError(f"create failed: {status} {payload[:200]!r}")
@@ -89,6 +89,29 @@ async def creates(url: str, ns: str, total: int, clients: int) -> tuple[float, l
     await asyncio.gather(*(worker() for _ in range(clients)))
     elapsed = time.perf_counter() - start
     return total / elapsed, latencies
+
+
+async def gets(url: str, ns: str, total: int, clients: int) -> tuple[float, list[float]]:
+    """GETs of the created pods (without resourceVersion: each a consistent read from etcd)."""
+    latencies: list[float] = []
+    counter = iter(range(total))
+    parsed = httpx.URL(url)
+
+    async def worker() -> None:
+        client = RawClient(parsed.host, parsed.port or 80)
+        try:
+            for i in counter:
+                t0 = time.perf_counter()
+                status, payload = await client.request("GET", f"/api/v1/namespaces/{ns}/pods/p-{i:06d}")
+                latencies.append(time.perf_counter() - t0)
+                if status != 200:
+                    raise RuntimeError(f"get failed: {status} {payload[:200]!r}")
+        finally:
+            await client.close()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    return total / (time.perf_counter() - start), latencies
 
 
 async def list_latency(url: str, ns: str, runs: int = 5) -> list[float]:
@@ -180,6 +203,9 @@ async def main() -> None:
             await c.post("/api/v1/namespaces", json={"metadata": {"name": ns}})
         rate, lat = await creates(url, ns, args.pods, args.clients)
         print(f"pod creates: {args.pods} with {args.clients} clients: {rate:.0f}/s, "
+              f"p50 {pct(lat, 0.5) * 1000:.1f} ms, p99 {pct(lat, 0.99) * 1000:.1f} ms")
+        rate, lat = await gets(url, ns, args.pods, args.clients)
+        print(f"pod gets: {args.pods} with {args.clients} clients: {rate:.0f}/s, "
               f"p50 {pct(lat, 0.5) * 1000:.1f} ms, p99 {pct(lat, 0.99) * 1000:.1f} ms")
         lists = await list_latency(url, ns)
         print(f"LIST {args.pods} pods from cache (resourceVersion=0): median {statistics.median(lists) * 1000:.0f} ms")

@@ -13,7 +13,7 @@ from apiserver.aggregator.index import APIServiceIndex, is_available
 from apiserver.aggregator.proxy import forward, send_status
 from apiserver.aggregator.resolver import ResolveError, ServiceGetter, resolve
 from apiserver.aggregator.transport import ProxyClientConfig
-from apiserver.endpoints import discovery
+from apiserver.endpoints.handlers import discovery
 from apiserver.registry.store import RESTStore
 from apiserver.storage.cache import ResourceCache
 from services.api import errors

@@ -1,4 +1,14 @@
-"""The ASGI application: authentication and authorization, routes, error bodies, health and metrics."""
+"""The apiserver's front door: one request from the socket to the resource's store.
+
+`APIApp.__call__` is the handler chain, in upstream's order (DefaultBuildHandlerChain, outermost
+first): authenticate, audit, impersonate, max-in-flight, authorize. An authorized request then goes to
+the node and pod streams and proxies, to `APIPaths.serve` for everything under `/api` and `/apis`
+(discovery, reviews, ComponentStatus, then `ResourceHandler`: decode the body once, size and depth
+capped, and run the verb on the resource's `RESTStore` or subresource REST object; the store runs the
+request's guards (RBAC escalation, CSR signers and subjects) on the object it would write, then
+mutating admission, the strategy, validating admission, and writes to etcd), and to the FastAPI app of
+`create_app` for the rest (version, health, metrics, OpenAPI).
+"""
 
 from __future__ import annotations
 
@@ -43,11 +53,12 @@ from apiserver.auth.bootstrap_policy import node_rules
 from apiserver.auth.bootstraptoken import BootstrapTokenAuthenticator
 from apiserver.auth.node_authorizer import NodeAuthorizer, NodeGraph
 from apiserver.auth.rbac import RBAC_GROUP, RBACAuthorizer, escalation_allowed
-from apiserver.endpoints import discovery, fieldvalidation, openapi, proxy, typecheck
-from apiserver.endpoints.negotiation import PATCH_TYPES, body_read, decode_body, media_type, negotiate, read_body
-from apiserver.endpoints.resources import ResourceHandler, Target, parse_path
+from apiserver.endpoints.handlers import discovery, proxy
+from apiserver.endpoints.handlers.resources import Guard, ResourceHandler, Target, parse_path
+from apiserver.endpoints.openapi import spec as openapi
+from apiserver.endpoints.serialization import fieldvalidation, typecheck
+from apiserver.endpoints.serialization.negotiation import body_read, decode_body, decoded_body, negotiate, read_body
 from apiserver.registry import certificates, componentstatus
-from apiserver.registry.store import apply_patch
 from apiserver.serving.inflight import MaxInFlight, long_running, too_many_requests
 from services.api import errors
 from services.auth.identity import MASTERS, UserInfo
@@ -83,7 +94,8 @@ def version_info() -> dict[str, Any]:
 
 
 def create_app(server: Any) -> FastAPI:
-    """Build the app around a running `apiserver.server.APIServer`."""
+    """The paths outside `/api` and `/apis` (version, health, metrics, OpenAPI) and the lifespan that
+    starts and stops the `apiserver.server.APIServer`."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -122,200 +134,6 @@ def create_app(server: Any) -> FastAPI:
         log.exception("unhandled error", path=request.url.path, method=request.method)
         return _status_response(errors.internal(f"{type(exc).__name__}: {exc}"))
 
-    handler = ResourceHandler(server.stores, server.tokens)
-    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
-    options = server.options
-    rbac = RBACAuthorizer(*(server.store(RBAC_GROUP, "v1", plural).cache
-                            for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")))
-    modes = {"AlwaysAllow": AlwaysAllow, "AlwaysDeny": AlwaysDeny, "RBAC": lambda: rbac,
-             "Node": lambda: NodeAuthorizer(NodeGraph(server.store("", "v1", "pods").cache,
-                                                      server.store("", "v1", "persistentvolumes").cache), node_rules())}
-    authorizer = Chain([modes[m]() for m in options.authorization_modes])
-    authenticator = Authenticator(
-        server.tokens, load_token_file(options.token_auth_file) if options.token_auth_file else None,
-        options.anonymous_auth, lambda plural: server.store("", "v1", plural),
-        bootstrap=BootstrapTokenAuthenticator(lambda: server.store("", "v1", "secrets").cache, server.ctx.root)
-        if options.enable_bootstrap_token_auth else None,
-    )
-    app.state.authenticator = authenticator
-    app.state.authorizer = authorizer
-
-    async def serve(request: Request, legacy: bool, path: str) -> Response:
-        if not server.ready:
-            raise errors.StatusError(503, "ServiceUnavailable", "the apiserver is starting")
-        parts = _segments(request, path)
-        target = parse_path(server.catalog, legacy, parts)
-        if target is None:
-            if request.method != "GET":
-                raise errors.method_not_allowed()
-            return discovery_response(request, legacy, parts)
-        if request.method not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
-            raise errors.method_not_allowed()
-        group = target.res.group
-        if group in REVIEW_GROUPS and request.method == "POST" and not target.subresource \
-                and target.res.kind in reviews.REVIEW_KINDS:
-            return await review(request, target)
-        if group == RBAC_GROUP and request.method in ("POST", "PUT", "PATCH"):
-            await guard_escalation(request, target)
-        if not group and target.res.plural == "componentstatuses" and not target.subresource:
-            return await component_statuses(request, target)
-        if group == certificates.GROUP and target.subresource in ("approval", "status") \
-                and request.method in ("PUT", "PATCH"):
-            await guard_signer(request, target)
-        if group == certificates.GROUP and request.method == "POST" and not target.subresource:
-            await restrict_subject(request, target)
-        return await handler.handle(request, target)
-
-    components = componentstatus.Components(server.etcd.current_revision, options.scheduler_health_url,
-                                            options.controller_manager_health_url)
-
-    async def component_statuses(request: Request, target: Target) -> Response:
-        """Probed on every request, never stored; upstream marks the API deprecated in a Warning."""
-        params = request.query_params
-        if request.method != "GET" or params.get("watch", "").lower() in ("true", "1"):
-            raise errors.method_not_allowed()
-        rep = negotiate(request.headers.get("accept"), is_list=target.name is None,
-                        include_object=params.get("includeObject", "Metadata"))
-        store = server.store("", "v1", "componentstatuses")
-        if target.name:
-            response = handler.render(await componentstatus.get_status(components, target.name), rep, target.res)
-        else:
-            items: list[Any] = await componentstatus.list_statuses(components)
-            response = handler.render_list(store, items, {"resourceVersion": ""}, rep)
-        response.headers["Warning"] = componentstatus.DEPRECATION_WARNING
-        return response
-
-    async def review(request: Request, target: Target) -> Response:
-        """The review APIs answer from this apiserver's own authenticators and authorizers."""
-        raw = await read_body(request)
-        body = decode_body(raw, request.headers.get("content-type")) if raw.strip() else None
-        kind = target.res.kind
-        if isinstance(body, dict):
-            wrong_type = typecheck.type_error(target.res.api_version, kind, body)
-            if wrong_type is not None:
-                raise wrong_type
-        user = request_user(request)
-        if kind == "TokenReview":
-            out = reviews.token_review(authenticator, body)
-        elif kind == "SelfSubjectReview":
-            out = reviews.self_subject_review(body, user)
-        else:
-            out = reviews.access_review(kind, body, user, authorizer, target.namespace)
-        return Response(orjson.dumps(out), 201, media_type="application/json")
-
-    async def written_object(request: Request, target: Target) -> tuple[Any, Any]:
-        """(object as it would be stored, current object) of an RBAC write; (None, None) when the handler
-        will refuse the request anyway (bad body, missing object), so it answers with its own error."""
-        store = server.store(target.res.group, target.res.version, target.res.plural)
-        raw = await read_body(request)
-        content_type = request.headers.get("content-type")
-        current = None
-        if target.name:
-            try:
-                current = await store.get(target.namespace, target.name)
-            except errors.StatusError:
-                current = None
-        try:
-            if request.method != "PATCH":
-                written = decode_body(raw, content_type)
-            else:
-                patch_type = PATCH_TYPES.get(media_type(content_type))
-                written = decode_body(raw, content_type)
-                if patch_type != "apply":
-                    if patch_type is None or current is None:
-                        return None, None
-                    written = apply_patch(patch_type, orjson.loads(orjson.dumps(current)), written)
-        except errors.StatusError:
-            return None, None
-        # read as the handler will read it (its nulls as Go's); one it refuses is refused there
-        if not isinstance(written, dict) or typecheck.decode(target.res.api_version, target.res.kind, written):
-            return None, None
-        return written, current
-
-    async def guard_escalation(request: Request, target: Target) -> None:
-        """Nobody grants what they do not hold, unless allowed to `escalate` (roles) or `bind` (bindings)."""
-        user = request_user(request)
-        if authorizer.always_allow or escalation_allowed(user) or target.subresource:
-            return
-        obj, current = await written_object(request, target)
-        if not isinstance(obj, dict):
-            return
-        res = target.res
-        name = target.name or str((obj.get("metadata") or {}).get("name") or "")
-        refusal = rbac.escalation_refusal(authorizer.allowed, user, res.kind, target.namespace or "", name, obj,
-                                          current)
-        if refusal:
-            raise errors.forbidden(res.plural, RBAC_GROUP, name, refusal)
-
-    async def guard_signer(request: Request, target: Target) -> None:
-        """Upstream's CertificateApproval and CertificateSigning admission: approving or denying needs
-        `approve`, issuing a certificate `sign`, on the request's signer (or its domain's wildcard)."""
-        if authorizer.always_allow:
-            return
-        obj, current = await written_object(request, target)
-        if not isinstance(obj, dict) or current is None:
-            return
-        verb = certificates.signer_verb(target.subresource, obj, current)
-        if not verb:
-            return
-        user = request_user(request)
-        signer = str((current.get("spec") or {}).get("signerName") or "")
-        for name in certificates.signer_names(signer):
-            decision, _ = authorizer.authorize(Attributes(user, verb, True, api_group=certificates.GROUP,
-                                                          api_version="*", resource=certificates.SIGNERS, name=name))
-            if decision == ALLOW:
-                return
-        raise errors.forbidden(target.res.plural, certificates.GROUP, target.name or "",
-                               f'user not permitted to {verb} requests with signerName "{signer}"')
-
-    async def restrict_subject(request: Request, target: Target) -> None:
-        """Upstream's CertificateSubjectRestriction admission on a new CSR."""
-        obj, _ = await written_object(request, target)
-        refusal = certificates.subject_restriction(obj) if isinstance(obj, dict) else ""
-        if refusal:
-            name = str((obj.get("metadata") or {}).get("name") or "")  # type: ignore[union-attr]
-            raise errors.forbidden(target.res.plural, certificates.GROUP, name, refusal)
-
-    def discovery_response(request: Request, legacy: bool, parts: list[str]) -> Response:
-        catalog = server.catalog
-        accept = request.headers.get("accept")
-        if not parts:
-            agg = discovery.wants_aggregated(accept)
-            if agg is not None:
-                version, content_type = agg
-                body = discovery.aggregated(catalog, legacy, version)
-                return Response(orjson.dumps(body), 200, media_type=content_type)
-            if legacy:
-                host = request.headers.get("host", "")
-                return Response(orjson.dumps(discovery.api_versions(host)), media_type="application/json")
-            return Response(orjson.dumps(discovery.api_group_list(catalog)), media_type="application/json")
-        doc: dict[str, Any] | None
-        if legacy:
-            doc = discovery.api_resource_list(catalog, "", parts[0]) if len(parts) == 1 else None
-        elif len(parts) == 1:
-            doc = discovery.api_group_doc(catalog, parts[0])
-        else:
-            doc = discovery.api_resource_list(catalog, parts[0], parts[1])
-        if doc is None:
-            raise errors.StatusError(404, "NotFound", "the server could not find the requested resource", {})
-        return Response(orjson.dumps(doc), media_type="application/json")
-
-    @app.api_route("/api", methods=methods)
-    async def api_root(request: Request) -> Response:
-        return await serve(request, True, "")
-
-    @app.api_route("/api/{path:path}", methods=methods)
-    async def api_path(request: Request, path: str) -> Response:
-        return await serve(request, True, path)
-
-    @app.api_route("/apis", methods=methods)
-    async def apis_root(request: Request) -> Response:
-        return await serve(request, False, "")
-
-    @app.api_route("/apis/{path:path}", methods=methods)
-    async def apis_path(request: Request, path: str) -> Response:
-        return await serve(request, False, path)
-
     @app.get("/version")
     async def version() -> Response:
         return Response(orjson.dumps(version_info()), media_type="application/json")
@@ -349,8 +167,29 @@ def create_app(server: Any) -> FastAPI:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(openapi.router)
-    app.state.serve = serve
     return app
+
+
+def build_authorizer(server: Any) -> tuple[Chain, RBACAuthorizer]:
+    """The --authorization-mode chain, in the order given, and the RBAC authorizer (whether in the
+    chain or not: the escalation guard asks it what a user holds)."""
+    rbac = RBACAuthorizer(*(server.store(RBAC_GROUP, "v1", plural).cache
+                            for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")))
+    modes = {"AlwaysAllow": AlwaysAllow, "AlwaysDeny": AlwaysDeny, "RBAC": lambda: rbac,
+             "Node": lambda: NodeAuthorizer(NodeGraph(server.store("", "v1", "pods").cache,
+                                                      server.store("", "v1", "persistentvolumes").cache), node_rules())}
+    return Chain([modes[m]() for m in server.options.authorization_modes]), rbac
+
+
+def build_authenticator(server: Any) -> Authenticator:
+    """Client certificates, bearer tokens (service accounts, the token file, bootstrap tokens), anonymous."""
+    options = server.options
+    return Authenticator(
+        server.tokens, load_token_file(options.token_auth_file) if options.token_auth_file else None,
+        options.anonymous_auth, lambda plural: server.store("", "v1", plural),
+        bootstrap=BootstrapTokenAuthenticator(lambda: server.store("", "v1", "secrets").cache, server.ctx.root)
+        if options.enable_bootstrap_token_auth else None,
+    )
 
 
 def _raw_path(scope: dict[str, Any]) -> str | None:
@@ -394,7 +233,7 @@ async def _refuse(scope: dict[str, Any], receive: Any, send: Any, exc: errors.St
 
 class APIApp:
     """The ASGI entry point and its filter chain, in upstream's order: authenticate, audit,
-    impersonate, max-in-flight, authorize; then resource paths go straight to the handler and the rest
+    impersonate, max-in-flight, authorize; then `/api` and `/apis` go straight to `APIPaths` and the rest
     through FastAPI.
 
     Resource requests are the hot path; skipping the framework's routing and
@@ -405,13 +244,13 @@ class APIApp:
                  audit: Auditor | None = None, inflight: MaxInFlight | None = None) -> None:
         self.app = create_app(server)
         self.server = server
-        self.serve = self.app.state.serve
-        self.state = self.app.state
         self.kubelet = kubelet
-        self.authenticator: Authenticator = self.state.authenticator
-        self.authorizer: Chain = self.state.authorizer
+        self.authenticator = build_authenticator(server)
+        self.authorizer, rbac = build_authorizer(server)
         self.audit = audit
         self.inflight = inflight
+        self.api = APIPaths(server, ResourceHandler(server.stores, server.tokens), self.authenticator,
+                            self.authorizer, rbac)
 
     def _authenticate(self, scope: dict[str, Any], receive: Any, creds: Credentials) -> UserInfo:
         """Who sent the request; a 401 StatusError when its credentials are refused."""
@@ -550,7 +389,7 @@ class APIApp:
             if legacy or path == "/apis" or path.startswith("/apis/"):
                 request = Request(scope, receive)
                 try:
-                    response = await self.serve(request, legacy, path[4:] if legacy else path[5:])
+                    response = await self.api.serve(request, legacy, path[4:] if legacy else path[5:])
                 except errors.StatusError as exc:
                     response = _status_response(exc)
                 except Exception as exc:  # noqa: BLE001 - every failure must still be a Status
@@ -561,3 +400,160 @@ class APIApp:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class APIPaths:
+    """Every path under `/api` and `/apis` once the request is authorized: discovery documents, the
+    review APIs, ComponentStatus, the write guards (RBAC escalation, CSR signers and subjects), then the
+    resource handler."""
+
+    def __init__(self, server: Any, handler: ResourceHandler, authenticator: Authenticator, authorizer: Chain,
+                 rbac: RBACAuthorizer) -> None:
+        self.server = server
+        self.handler = handler
+        self.authenticator = authenticator
+        self.authorizer = authorizer
+        self.rbac = rbac
+        options = server.options
+        self.components = componentstatus.Components(server.etcd.current_revision, options.scheduler_health_url,
+                                                     options.controller_manager_health_url)
+
+    async def serve(self, request: Request, legacy: bool, path: str) -> Response:
+        if not self.server.ready:
+            raise errors.StatusError(503, "ServiceUnavailable", "the apiserver is starting")
+        parts = _segments(request, path)
+        target = parse_path(self.server.catalog, legacy, parts)
+        if target is None:
+            if request.method != "GET":
+                raise errors.method_not_allowed()
+            return self.discovery_response(request, legacy, parts)
+        if request.method not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+            raise errors.method_not_allowed()
+        group = target.res.group
+        if group in REVIEW_GROUPS and request.method == "POST" and not target.subresource \
+                and target.res.kind in reviews.REVIEW_KINDS:
+            return await self.review(request, target)
+        if not group and target.res.plural == "componentstatuses" and not target.subresource:
+            return await self.component_statuses(request, target)
+        guard = None
+        if group == RBAC_GROUP and request.method in ("POST", "PUT", "PATCH"):
+            guard = self.guard_escalation(request, target)
+        if group == certificates.GROUP and target.subresource in ("approval", "status") \
+                and request.method in ("PUT", "PATCH"):
+            guard = self.guard_signer(request, target)
+        if group == certificates.GROUP and request.method == "POST" and not target.subresource:
+            guard = self.restrict_subject(target)
+        return await self.handler.handle(request, target, guard)
+
+    async def component_statuses(self, request: Request, target: Target) -> Response:
+        """Probed on every request, never stored; upstream marks the API deprecated in a Warning."""
+        params = request.query_params
+        if request.method != "GET" or params.get("watch", "").lower() in ("true", "1"):
+            raise errors.method_not_allowed()
+        rep = negotiate(request.headers.get("accept"), is_list=target.name is None,
+                        include_object=params.get("includeObject", "Metadata"))
+        store = self.server.store("", "v1", "componentstatuses")
+        if target.name:
+            status = await componentstatus.get_status(self.components, target.name)
+            response = self.handler.render(status, rep, target.res)
+        else:
+            items: list[Any] = await componentstatus.list_statuses(self.components)
+            response = self.handler.render_list(store, items, {"resourceVersion": ""}, rep)
+        response.headers["Warning"] = componentstatus.DEPRECATION_WARNING
+        return response
+
+    async def review(self, request: Request, target: Target) -> Response:
+        """The review APIs answer from this apiserver's own authenticators and authorizers."""
+        raw = await read_body(request)
+        body = await decoded_body(request) if raw.strip() else None
+        kind = target.res.kind
+        if isinstance(body, dict):
+            wrong_type = typecheck.type_error(target.res.api_version, kind, body)
+            if wrong_type is not None:
+                raise wrong_type
+        user = request_user(request)
+        if kind == "TokenReview":
+            out = reviews.token_review(self.authenticator, body)
+        elif kind == "SelfSubjectReview":
+            out = reviews.self_subject_review(body, user)
+        else:
+            out = reviews.access_review(kind, body, user, self.authorizer, target.namespace)
+        return Response(orjson.dumps(out), 201, media_type="application/json")
+
+    def guard_escalation(self, request: Request, target: Target) -> Guard | None:
+        """Nobody grants what they do not hold, unless allowed to `escalate` (roles) or `bind` (bindings):
+        checked on the object the write would store, once decoded (and patched)."""
+        user = request_user(request)
+        if self.authorizer.always_allow or escalation_allowed(user) or target.subresource:
+            return None
+        res = target.res
+
+        def check(obj: dict[str, Any], current: dict[str, Any] | None) -> None:
+            name = target.name or str((obj.get("metadata") or {}).get("name") or "")
+            refusal = self.rbac.escalation_refusal(self.authorizer.allowed, user, res.kind, target.namespace or "",
+                                                   name, obj, current)
+            if refusal:
+                raise errors.forbidden(res.plural, RBAC_GROUP, name, refusal)
+
+        return check
+
+    def guard_signer(self, request: Request, target: Target) -> Guard | None:
+        """Upstream's CertificateApproval and CertificateSigning admission: approving or denying needs
+        `approve`, issuing a certificate `sign`, on the request's signer (or its domain's wildcard)."""
+        if self.authorizer.always_allow:
+            return None
+        user = request_user(request)
+
+        def check(obj: dict[str, Any], current: dict[str, Any] | None) -> None:
+            if current is None:
+                return
+            verb = certificates.signer_verb(target.subresource, obj, current)
+            if not verb:
+                return
+            signer = str((current.get("spec") or {}).get("signerName") or "")
+            for name in certificates.signer_names(signer):
+                decision, _ = self.authorizer.authorize(Attributes(
+                    user, verb, True, api_group=certificates.GROUP, api_version="*", resource=certificates.SIGNERS,
+                    name=name))
+                if decision == ALLOW:
+                    return
+            raise errors.forbidden(target.res.plural, certificates.GROUP, target.name or "",
+                                   f'user not permitted to {verb} requests with signerName "{signer}"')
+
+        return check
+
+    @staticmethod
+    def restrict_subject(target: Target) -> Guard:
+        """Upstream's CertificateSubjectRestriction admission on a new CSR."""
+
+        def check(obj: dict[str, Any], current: dict[str, Any] | None) -> None:
+            refusal = certificates.subject_restriction(obj)
+            if refusal:
+                name = str((obj.get("metadata") or {}).get("name") or "")
+                raise errors.forbidden(target.res.plural, certificates.GROUP, name, refusal)
+
+        return check
+
+    def discovery_response(self, request: Request, legacy: bool, parts: list[str]) -> Response:
+        catalog = self.server.catalog
+        accept = request.headers.get("accept")
+        if not parts:
+            agg = discovery.wants_aggregated(accept)
+            if agg is not None:
+                version, content_type = agg
+                body = discovery.aggregated(catalog, legacy, version)
+                return Response(orjson.dumps(body), 200, media_type=content_type)
+            if legacy:
+                host = request.headers.get("host", "")
+                return Response(orjson.dumps(discovery.api_versions(host)), media_type="application/json")
+            return Response(orjson.dumps(discovery.api_group_list(catalog)), media_type="application/json")
+        doc: dict[str, Any] | None
+        if legacy:
+            doc = discovery.api_resource_list(catalog, "", parts[0]) if len(parts) == 1 else None
+        elif len(parts) == 1:
+            doc = discovery.api_group_doc(catalog, parts[0])
+        else:
+            doc = discovery.api_resource_list(catalog, parts[0], parts[1])
+        if doc is None:
+            raise errors.StatusError(404, "NotFound", "the server could not find the requested resource", {})
+        return Response(orjson.dumps(doc), media_type="application/json")

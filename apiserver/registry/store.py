@@ -104,6 +104,10 @@ class WriteOptions:
     tracked: bool = False
     #: who writes, for the strategies that record it (a CSR's requester)
     user: UserInfo | None = None
+    #: The request's own check of the object it would write and the current one (None on create), run
+    #: before admission and validation (upstream's create/update ValidateObjectFunc): the RBAC escalation
+    #: guard and the CSR signer and subject checks; raises to refuse the write.
+    guard: Callable[[Obj, Obj | None], None] | None = None
 
 
 @dataclass
@@ -292,6 +296,11 @@ class RESTStore:
             raise errors.too_large_resource_version(rv, self.ctx.cache.revision)
         return self._list_cache(namespace, pred), {"resourceVersion": str(self.ctx.cache.revision)}
 
+    async def list_objects(self, namespace: str | None, opts: ListOptions) -> list[Obj]:
+        """What `list` finds, as objects of this resource's version (for code that reads them, not a client)."""
+        items, _ = await self.list(namespace, opts)
+        return [self.out(item.obj if isinstance(item, Entry) else item) for item in items]
+
     def _list_cache(self, namespace: str | None, pred: Callable[[Obj], bool] | None) -> list[Entry | Obj]:
         entries = self.cache.entries
         prefix = self.ns_prefix(namespace)
@@ -410,6 +419,8 @@ class RESTStore:
 
     async def create(self, namespace: str | None, body: Any, opts: WriteOptions) -> Obj:
         obj = self._check_body(body, namespace)
+        if opts.guard is not None:
+            opts.guard(obj, None)
         m = obj["metadata"]
         if not m.get("name") and m.get("generateName"):
             m["name"] = generate_name(str(m["generateName"]))
@@ -538,6 +549,8 @@ class RESTStore:
             if not isinstance(new, dict):
                 raise errors.bad_request("the result is not a JSON object")
             new = self._check_body(new, namespace, name)
+            if opts.guard is not None:
+                opts.guard(new, self.out(old))
             if self._converts:
                 new = conversion.to_storage(self.res, new)
                 old_view = old

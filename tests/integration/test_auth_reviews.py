@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import uuid
 
 import httpx
+import orjson
 
-from tests.conftest import Kubectl
+from tests.conftest import Kubectl, eventually
 
 
 def test_token_request_and_review(apiserver: str) -> None:
@@ -53,3 +55,43 @@ def test_access_reviews_with_kubectl(kubectl: Kubectl) -> None:
     assert "*.*" in kubectl.run("auth", "can-i", "--list").stdout
     # The plain-HTTP test port stands for upstream's old insecure port: system:unsecured, a system:master.
     assert "system:unsecured" in kubectl.run("auth", "whoami").stdout
+
+
+def _claims(token: str) -> dict:
+    payload = token.split(".")[1]
+    return orjson.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+
+
+async def test_token_bound_to_a_pod_names_its_node_when_the_node_exists(apiserver: str) -> None:
+    ns = f"tok-{uuid.uuid4().hex[:6]}"
+    node_name = f"{ns}-node"
+    container = {"name": "c", "image": "busybox"}
+    async with httpx.AsyncClient(base_url=apiserver) as c:
+        assert (await c.post("/api/v1/namespaces", json={"metadata": {"name": ns}})).status_code == 201
+        sa = await c.post(f"/api/v1/namespaces/{ns}/serviceaccounts", json={"metadata": {"name": "bot"}})
+        assert sa.status_code == 201
+        node = (await c.post("/api/v1/nodes", json={"metadata": {"name": node_name}})).json()
+        try:
+            for pod, on in (("placed", node_name), ("stray", f"{ns}-gone")):
+                created = await c.post(f"/api/v1/namespaces/{ns}/pods", json={
+                    "metadata": {"name": pod}, "spec": {"nodeName": on, "containers": [container]}})
+                assert created.status_code == 201, created.text
+
+            async def cached() -> bool:
+                # The token names the node the watch cache holds, as upstream's reads its node informer.
+                r = await c.get(f"/api/v1/nodes/{node_name}", params={"resourceVersion": "0"})
+                return r.status_code == 200
+
+            await eventually(cached, what="the node in the watch cache")
+            tokens = {}
+            for pod in ("placed", "stray"):
+                r = await c.post(f"/api/v1/namespaces/{ns}/serviceaccounts/bot/token",
+                                 json={"spec": {"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod}}})
+                assert r.status_code == 201, r.text
+                tokens[pod] = _claims(r.json()["status"]["token"])["kubernetes.io"]
+            assert tokens["placed"]["pod"]["name"] == "placed"
+            assert tokens["placed"]["node"] == {"name": node_name, "uid": node["metadata"]["uid"]}
+            assert tokens["stray"]["pod"]["name"] == "stray" and "node" not in tokens["stray"]
+        finally:
+            await c.delete(f"/api/v1/nodes/{node_name}")
+            await c.delete(f"/api/v1/namespaces/{ns}")

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from apiserver.endpoints import protobuf
+from apiserver.endpoints.serialization import protobuf
 from tests.conftest import Kubectl
 
 

@@ -11,7 +11,7 @@ import orjson
 import pytest
 import yaml
 
-from apiserver.endpoints import fieldvalidation as fv
+from apiserver.endpoints.serialization import fieldvalidation as fv
 
 # The bodies of upstream's test/integration/apiserver/field_validation_test.go.
 INVALID_DEPLOYMENT_JSON = b"""

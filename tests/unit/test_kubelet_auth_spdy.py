@@ -16,7 +16,7 @@ import orjson
 import pytest
 import uvicorn
 
-from apiserver.endpoints import proxy
+from apiserver.endpoints.handlers import proxy
 from kubelet_agent.config import parser, settings
 from kubelet_agent.server import spdy
 from kubelet_agent.server.auth import (

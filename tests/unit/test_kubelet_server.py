@@ -15,7 +15,7 @@ import httpx
 import orjson
 import pytest
 
-from apiserver.endpoints import proxy
+from apiserver.endpoints.handlers import proxy
 from kubelet_agent.cri.logfile import format_timestamp, parse_record, parse_timestamp
 from kubelet_agent.server import spdy
 from kubelet_agent.server.logs import CHUNK, LogOptions, read_logs, tail_offset

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from fastapi import FastAPI
 
-from apiserver.endpoints import openapi
+from apiserver.endpoints.openapi import spec as openapi
 from services.api.catalog import BUILTIN, Catalog, Resource
 
 CRONTAB = Resource(

@@ -12,8 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from apiserver.endpoints import protobuf, protobuf_schema
-from apiserver.endpoints.protobuf import MESSAGES, ProtobufError, decode_protobuf, decode_request, go_duration
+from apiserver.endpoints.serialization import protobuf, protobuf_schema
+from apiserver.endpoints.serialization.protobuf import (
+    MESSAGES,
+    ProtobufError,
+    decode_protobuf,
+    decode_request,
+    go_duration,
+)
 from services.api import catalog, errors
 
 # ---------------------------------------------------------------------------------------------

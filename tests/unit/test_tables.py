@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from apiserver.endpoints import tables
+from apiserver.endpoints.printers import tables
 from services.api.catalog import BUILTIN, Resource
 
 NOW = datetime(2024, 6, 1, 12, 0, 0, tzinfo=UTC)

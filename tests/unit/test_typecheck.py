@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from apiserver.endpoints.typecheck import decode, type_error
+from apiserver.endpoints.serialization.typecheck import decode, type_error
 
 _CONTAINER = {"name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"]}
 _TEMPLATE = {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [_CONTAINER]}}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from apiserver.endpoints.proxy import rewrite_location, split_scheme_name_port
+from apiserver.endpoints.handlers.proxy import rewrite_location, split_scheme_name_port
 
 
 @pytest.mark.parametrize(("ident", "split"), [

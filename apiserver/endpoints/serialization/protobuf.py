@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from apiserver.endpoints import protobuf_schema
+from apiserver.endpoints.serialization import protobuf_schema
 from services.api import errors
 
 MEDIA_TYPE = "application/vnd.kubernetes.protobuf"

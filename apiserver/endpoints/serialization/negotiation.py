@@ -9,7 +9,7 @@ import orjson
 import yaml
 from starlette.requests import Request
 
-from apiserver.endpoints import protobuf
+from apiserver.endpoints.serialization import protobuf
 from services.api import errors, nesting
 
 MAX_BODY_BYTES = 3 * 1024 * 1024
@@ -18,6 +18,8 @@ MAX_BODY_BYTES = 3 * 1024 * 1024
 _ALIAS_RATIO_LOW = 400_000
 _ALIAS_RATIO_HIGH = 4_000_000
 _BODY_KEY = "pyk8s.body"
+_DECODED_KEY = "pyk8s.decoded"
+_UNREAD = object()
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 
 PATCH_TYPES = {
@@ -61,6 +63,22 @@ async def read_body(request: Request) -> bytes:
     raw = b"".join(chunks)
     request.scope[_BODY_KEY] = raw
     return raw
+
+
+async def decoded_body(request: Request) -> Any:
+    """The request body decoded once (`decode_body`, as its content type says); every later call gets the
+    same object, or the same refusal. Its readers may change it in place, as decoding into Go's types does."""
+    cached = request.scope.get(_DECODED_KEY, _UNREAD)
+    if cached is _UNREAD:
+        raw = await read_body(request)
+        try:
+            cached = decode_body(raw, request.headers.get("content-type"))
+        except errors.StatusError as exc:
+            cached = exc
+        request.scope[_DECODED_KEY] = cached
+    if isinstance(cached, errors.StatusError):
+        raise cached
+    return cached
 
 
 def body_read(scope: dict[str, Any]) -> bytes | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from apiserver.endpoints.negotiation import media_params
+from apiserver.endpoints.serialization.negotiation import media_params
 from services.api.catalog import Catalog, Resource
 
 SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {

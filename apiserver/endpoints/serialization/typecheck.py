@@ -25,7 +25,7 @@ import threading
 from functools import lru_cache
 from typing import Any
 
-from apiserver.endpoints.fieldvalidation import _definitions
+from apiserver.endpoints.serialization.fieldvalidation import _definitions
 from services.api import errors
 from services.api.errors import StatusError
 from services.api.quantity import parse_quantity

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from apiserver.endpoints.fieldvalidation import go_quote
+from apiserver.endpoints.serialization.fieldvalidation import go_quote
 from apiserver.registry.store import ListOptions
 from services.api import errors
 from services.api import validation as v

@@ -1,0 +1,1 @@
+"""Table output: the printer columns of every built-in resource."""
