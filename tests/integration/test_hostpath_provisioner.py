@@ -58,6 +58,17 @@ async def classes(client: Client) -> AsyncIterator[list[str]]:
             await client.delete(CLASSES, name)
         except NotFound:
             pass
+        await eventually(lambda name=name: in_watch_cache(client, name, False), what=f"{name} gone from the cache")
+
+
+async def in_watch_cache(client: Client, name: str, present: bool = True) -> bool:
+    """Whether the apiserver's watch cache, which DefaultStorageClass admission reads, shows the class as
+    `present` (a GET at resourceVersion 0 is answered from it)."""
+    try:
+        await client.get(CLASSES, name, resource_version="0")
+    except NotFound:
+        return not present
+    return present
 
 
 async def make_class(client: Client, classes: list[str], default: bool = True) -> str:
@@ -68,6 +79,8 @@ async def make_class(client: Client, classes: list[str], default: bool = True) -
         "metadata": {"name": name, "annotations": {DEFAULT: "true"} if default else {}},
         "provisioner": "pyk8s.io/hostpath", "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": "Delete",
         "parameters": {"path": "/tmp/pyk8s-it-hostpath"}})
+    # admission defaults a claim from the watch cache, as upstream's from its informer: wait until it has it
+    await eventually(lambda: in_watch_cache(client, name), what=f"{name} in the cache")
     return name
 
 
