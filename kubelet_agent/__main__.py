@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 
 import structlog
 
+from kubelet_agent.certificate.bootstrap import load_client_cert
+from kubelet_agent.certificate.manager import ClientCertificateManager
+from kubelet_agent.certificate.store import FileStore
 from kubelet_agent.config import Settings, parser, settings
 from kubelet_agent.cri.hollow import HollowRuntime
 from kubelet_agent.hollow import HollowNodes
@@ -72,6 +76,19 @@ async def start_api(s: Settings, kubelet: Kubelet) -> KubeletServer:
     return api
 
 
+def rotate_client_certificate(s: Settings, client: Client) -> asyncio.Task[None] | None:
+    """With --rotate-certificates, renew the client certificate kept in --cert-dir when the kubeconfig uses it."""
+    if not s.rotate_certificates:
+        return None
+    store = FileStore(Path(s.cert_dir))
+    uses_store = client.config.cert_file and Path(client.config.cert_file).absolute() == store.current.absolute()
+    if not uses_store or store.load() is None:
+        log.info("not rotating: the kubeconfig's client certificate is not the one in --cert-dir",
+                 node=s.hostname, cert_dir=s.cert_dir)
+        return None
+    return asyncio.create_task(ClientCertificateManager(client, store, s.hostname).run())
+
+
 async def main(argv: list[str]) -> None:
     p = parser()
     args = p.parse_args(argv)
@@ -80,7 +97,12 @@ async def main(argv: list[str]) -> None:
         s = settings(args)
     except ValueError as exc:
         p.error(str(exc))
+    if s.bootstrap_kubeconfig:
+        if not args.kubeconfig:
+            p.error("--bootstrap-kubeconfig needs --kubeconfig: where the node's own kubeconfig is written")
+        await load_client_cert(Path(args.kubeconfig), Path(s.bootstrap_kubeconfig), Path(s.cert_dir), s.hostname)
     client = Client(client_config(args, "kubelet/v1.32.0-pyk8s"))
+    rotation = rotate_client_certificate(s, client)
     # As upstream's 10248: health only. Metrics are on the kubelet API, behind authn/authz (nodes/metrics).
     health = HealthServer(s.healthz_bind, s.healthz_port, metrics=False) if s.healthz_port else None
     started = asyncio.Event()
@@ -108,6 +130,8 @@ async def main(argv: list[str]) -> None:
         log.info("kubelet started", node=s.hostname, hollow=s.hollow, nodes=s.hollow_nodes or 1)
         await asyncio.Event().wait()
     finally:
+        if rotation is not None:
+            rotation.cancel()
         if api is not None:
             await api.stop()
         await runner.stop()
