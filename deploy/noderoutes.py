@@ -1,10 +1,12 @@
-"""`python -m deploy.noderoutes`: the pod network across the local cluster's nodes, like flannel's host-gw.
+"""`python -m deploy.noderoutes`: the pod network across the cluster's nodes, like flannel's host-gw.
 
-One per cluster, started by `pyk8s up`. It watches Nodes and, in each real node's network namespace,
-routes every other node's spec.podCIDR via that node's InternalIP on the node segment, and removes
-the routes of nodes that are gone. With `--host-routes` it routes every node's pod CIDR from the host
-too, because the apiserver must reach pod IPs directly, as upstream's does (services/proxy, pods/proxy).
-Its routes carry a protocol number of their own, so it finds and replaces only what it wrote.
+`pyk8s up` runs one per cluster: it watches Nodes and, in each real node's network namespace, routes
+every other node's spec.podCIDR via that node's InternalIP on the node segment, and removes the routes
+of nodes that are gone. On machines (deploy/systemd) each machine runs its own with `--node-name`,
+which does the same in the agent's own network namespace for that one node. With `--host-routes` it
+routes every node's pod CIDR from the host too, because the apiserver must reach pod IPs directly, as
+upstream's does (services/proxy, pods/proxy). Its routes carry a protocol number of their own, so it
+finds and replaces only what it wrote.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ def parser() -> argparse.ArgumentParser:
     p = base_parser("pyk8s-noderoutes", "Routes each node's pod CIDR to it from every other node.")
     p.add_argument("--netns", action="append", default=[], metavar="NODE=NETNS",
                    help="a real node and the network namespace it lives in (repeat per node)")
-    p.add_argument("--node-subnet", required=True,
-                   help="the node segment: only nodes with an InternalIP in it are routed to")
+    p.add_argument("--node-name", default="",
+                   help="route for this node in the agent's own network namespace (one agent per machine)")
+    p.add_argument("--node-subnet", default="0.0.0.0/0",
+                   help="the node segment: only nodes with an InternalIP in it are routed to (default: any)")
     p.add_argument("--host-routes", action="store_true",
                    help="also route every node's pod CIDR from the host's own network namespace")
     p.add_argument("--resync", type=float, default=10.0, help="seconds between full resyncs")
@@ -99,11 +103,12 @@ def netns_exists(netns: str) -> bool:
 
 class RouteSync:
     def __init__(self, informer: Informer, netns: dict[str, str], subnet: ipaddress.IPv4Network,
-                 host: bool = False) -> None:
+                 host: bool = False, local_node: str = "") -> None:
         self.informer = informer
         self.netns = netns
         self.subnet = subnet
         self.host = host
+        self.local_node = local_node
         self.synced = False
 
     async def sync(self) -> None:
@@ -111,6 +116,8 @@ class RouteSync:
         syncs = [self.sync_node(node, ns, table) for node, ns in self.netns.items()]
         if self.host:
             syncs.append(self.apply(None, "host", desired_for("", table)))
+        if self.local_node:
+            syncs.append(self.apply(None, self.local_node, desired_for(self.local_node, table)))
         results = await asyncio.gather(*syncs, return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         for error in errors:
@@ -136,14 +143,15 @@ async def main_async(args: argparse.Namespace) -> None:
     netns = dict(item.split("=", 1) for item in args.netns)
     client = Client(client_config(args, "pyk8s-noderoutes"))
     informer = Informer(client, NODES)
-    routes = RouteSync(informer, netns, ipaddress.IPv4Network(args.node_subnet), host=args.host_routes)
+    routes = RouteSync(informer, netns, ipaddress.IPv4Network(args.node_subnet), host=args.host_routes,
+                       local_node=args.node_name)
     wake = asyncio.Event()
     informer.add_event_handler(lambda _n: wake.set(), lambda _o, _n: wake.set(), lambda _n: wake.set())
     health = await start_health(args)
     if health is not None:
         health.add_readyz_check("routes", lambda: routes.synced)
     informer.start()
-    log.info("starting node route sync", nodes=sorted(netns), subnet=args.node_subnet)
+    log.info("starting node route sync", nodes=sorted(netns) or [args.node_name], subnet=args.node_subnet)
     try:
         await informer.wait_for_sync()
         while True:
