@@ -40,13 +40,17 @@ from deploy.machine import API_PORT, Layout
 from services.auth import bootstraptoken as bt
 from services.runtime import pki
 
-#: the cluster DNS server runs as a host process on the control-plane machine, as kube-dns' account
-DNS = ClientIdentity("kube-dns", "system:serviceaccount:kube-system:kube-dns",
+#: the cluster DNS server runs as a host process on the control-plane machine, as the coredns service
+#: account kubeadm's DNS add-on runs as, with kubeadm's system:coredns role
+DNS = ClientIdentity("coredns", "system:serviceaccount:kube-system:coredns",
                      ("system:serviceaccounts", "system:serviceaccounts:kube-system"))
+DNS_ROLE = "system:coredns"
 DNS_PORT = 53
 READY_TIMEOUT = 300.0
 #: kube-proxy on a joined machine runs with the node's credentials; this lets nodes read what it needs
 NODE_PROXIER_BINDING = "pyk8s:node-proxier"
+#: as kubeadm, workloads stay off the control-plane machine unless they tolerate it
+CONTROL_PLANE_TAINT = "node-role.kubernetes.io/control-plane:NoSchedule"
 
 
 class InitError(Exception):
@@ -106,7 +110,7 @@ def write_files(layout: Layout, opts: InitOptions) -> list[Path]:
         machine.write_env(layout, "pyk8s-scheduler", []),
         machine.write_env(layout, "pyk8s-dns", [f"--bind-address={ip}", f"--port={DNS_PORT}"]),
         *machine.node_env(layout, name, ip, layout.kubeconfig("kube-proxy"), opts.pod_network_cidr,
-                          machine.dns_ip(opts.service_cidr)),
+                          machine.dns_ip(opts.service_cidr), (f"--register-with-taints={CONTROL_PLANE_TAINT}",)),
     ]
     return written
 
@@ -149,12 +153,28 @@ async def upload(layout: Layout, opts: InitOptions) -> str:
         await _ensure(http, f"/api/v1/namespaces/{bt.NAMESPACE}/secrets", secret)
         await ensure_cluster_info(http, server, server, layout.pki.ca[0])
         await nodes.write_kube_dns(http, server, opts.advertise_address, DNS_PORT, machine.dns_ip(opts.service_cidr))
-        await _ensure(http, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": NODE_PROXIER_BINDING},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node-proxier"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]})
+        for body in rbac_objects():
+            plural = "clusterroles" if body["kind"] == "ClusterRole" else "clusterrolebindings"
+            await _ensure(http, f"/apis/rbac.authorization.k8s.io/v1/{plural}", body)
     return join_command(f"{opts.advertise_address}:{opts.port}", token, layout.pki.ca[0])
+
+
+def rbac_objects() -> list[dict]:
+    """kubeadm's system:coredns role and binding, and the node-proxier binding kube-proxy on joined
+    machines relies on."""
+    rbac = "rbac.authorization.k8s.io"
+    return [
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRole", "metadata": {"name": DNS_ROLE},
+         "rules": [{"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
+                    "verbs": ["list", "watch"]},
+                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}]},
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": DNS_ROLE},
+         "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": DNS_ROLE},
+         "subjects": [{"kind": "ServiceAccount", "name": "coredns", "namespace": "kube-system"}]},
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": NODE_PROXIER_BINDING},
+         "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": "system:node-proxier"},
+         "subjects": [{"apiGroup": rbac, "kind": "Group", "name": "system:nodes"}]},
+    ]
 
 
 def join_command(address: str, token: str, ca_file: Path) -> str:

@@ -87,12 +87,13 @@ def write_containerd_config(layout: Layout) -> Path:
 
 
 def node_env(layout: Layout, name: str, ip: str, proxy_kubeconfig: Path, cluster_cidr: str,
-             dns_ip: str) -> list[Path]:
+             dns_ip: str, kubelet_args: tuple[str, ...] = ()) -> list[Path]:
     """The env files of a node's units: containerd, the kubelet, kube-proxy and the route agent."""
     return [
         write_env(layout, "pyk8s-containerd", []),
         write_env(layout, "pyk8s-kubelet", [f"--hostname-override={name}", f"--node-ip={ip}",
-                                            f"--cluster-dns={dns_ip}", f"--non-masquerade-cidr={cluster_cidr}"]),
+                                            f"--cluster-dns={dns_ip}", f"--non-masquerade-cidr={cluster_cidr}",
+                                            *kubelet_args]),
         write_env(layout, "pyk8s-proxy", [f"--kubeconfig={proxy_kubeconfig}", f"--hostname-override={name}",
                                           f"--cluster-cidr={cluster_cidr}"]),
         write_env(layout, "pyk8s-noderoutes", [f"--node-name={name}"]),
