@@ -72,7 +72,7 @@ def write_env(layout: Layout, unit: str, args: list[str]) -> Path:
     if path.exists():
         for line in path.read_text().splitlines():
             if line.startswith("EXTRA_ARGS="):
-                extra = shlex.split(line.partition("=")[2])
+                extra = " ".join(shlex.split(line.partition("=")[2])).split()
     pki.write_file(path, env_text({"ARGS": args, "EXTRA_ARGS": extra}).encode(), 0o644)
     return path
 
