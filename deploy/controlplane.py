@@ -106,7 +106,8 @@ def write_files(layout: Layout, opts: InitOptions) -> list[Path]:
             "--etcd-servers=https://127.0.0.1:2379", f"--advertise-address={ip}", f"--secure-port={opts.port}",
             f"--service-cluster-ip-range={opts.service_cidr}", "--authorization-mode=Node,RBAC"]),
         machine.write_env(layout, "pyk8s-controller-manager", [
-            f"--cluster-cidr={opts.pod_network_cidr}", f"--service-cluster-ip-range={opts.service_cidr}"]),
+            f"--cluster-cidr={opts.pod_network_cidr}", f"--service-cluster-ip-range={opts.service_cidr}",
+            "--use-service-account-credentials=true"]),
         machine.write_env(layout, "pyk8s-scheduler", []),
         machine.write_env(layout, "pyk8s-dns", [f"--bind-address={ip}", f"--port={DNS_PORT}"]),
         *machine.node_env(layout, name, ip, layout.kubeconfig("kube-proxy"), opts.pod_network_cidr,
