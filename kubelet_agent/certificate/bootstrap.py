@@ -10,6 +10,7 @@ import base64
 import datetime
 from pathlib import Path
 
+import httpx
 import structlog
 import yaml
 from cryptography import x509
@@ -18,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from kubelet_agent.certificate.request import digest_name, new_key, node_client_request, request_certificate
 from kubelet_agent.certificate.store import FileStore, key_pem
-from services.client import Client, ClientConfig, ConfigError, load_kubeconfig
+from services.client import Client, ClientConfig, ConfigError, ServiceUnavailable, Unauthorized, load_kubeconfig
 from services.runtime import pki
 
 log = structlog.get_logger("kubelet.certificate")
@@ -27,6 +28,7 @@ log = structlog.get_logger("kubelet.certificate")
 PENDING_KEY = "kubelet-client.key.tmp"
 #: how long the kubelet waits for its first certificate before giving up (and being restarted), as upstream
 BOOTSTRAP_TIMEOUT = 3600.0
+RETRY_INITIAL, RETRY_MAX = 0.2, 5.0
 
 
 def _certificates(config: ClientConfig) -> list[x509.Certificate]:
@@ -82,6 +84,21 @@ def _pending_key(cert_dir: Path) -> ec.EllipticCurvePrivateKey:
     return key
 
 
+async def _request_until_served(client: Client, key: ec.EllipticCurvePrivateKey, node_name: str) -> bytes:
+    """Ask until the apiserver is up and knows the token: on a machine that is booting, both may still
+    be on their way (upstream's bootstrap waits for the server the same way)."""
+    delay = RETRY_INITIAL
+    while True:
+        try:
+            return await request_certificate(client, node_client_request(key, node_name),
+                                             name=digest_name(key, node_name))
+        except (httpx.TransportError, Unauthorized, ServiceUnavailable) as exc:
+            log.info("the API server cannot take the request yet; retrying", error=str(exc) or type(exc).__name__,
+                     retry_in=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX)
+
+
 async def load_client_cert(kubeconfig: Path, bootstrap_kubeconfig: Path, cert_dir: Path, node_name: str) -> bool:
     """Make `kubeconfig` usable for the node; True when a new certificate had to be requested.
 
@@ -100,8 +117,7 @@ async def load_client_cert(kubeconfig: Path, bootstrap_kubeconfig: Path, cert_di
     key = _pending_key(cert_dir)
     log.info("requesting a client certificate with the bootstrap credentials", node=node_name)
     async with Client(bootstrap) as client, asyncio.timeout(BOOTSTRAP_TIMEOUT):
-        cert = await request_certificate(client, node_client_request(key, node_name),
-                                         name=digest_name(key, node_name))
+        cert = await _request_until_served(client, key, node_name)
     store.update(cert, key)
     (cert_dir / PENDING_KEY).unlink(missing_ok=True)
     write_node_kubeconfig(kubeconfig, bootstrap, store.current)
