@@ -46,6 +46,8 @@ DNS = ClientIdentity("coredns", "system:serviceaccount:kube-system:coredns",
                      ("system:serviceaccounts", "system:serviceaccounts:kube-system"))
 DNS_ROLE = "system:coredns"
 DNS_PORT = 53
+#: the unit Debian's etcd-server package enables; it would hold port 2379 that pyk8s-etcd listens on
+DEBIAN_ETCD = "etcd.service"
 READY_TIMEOUT = 300.0
 #: kube-proxy on a joined machine runs with the node's credentials; this lets nodes read what it needs
 NODE_PROXIER_BINDING = "pyk8s:node-proxier"
@@ -183,11 +185,16 @@ def join_command(address: str, token: str, ca_file: Path) -> str:
     return f"pyk8s join {address} --token {token} --discovery-token-ca-cert-hash {ca_cert_hash(cert)}"
 
 
-async def start_units(units: tuple[str, ...], say: Callable[[str], None]) -> None:
-    """systemctl enable --now, when systemd runs this machine; otherwise say what to start."""
+async def start_units(units: tuple[str, ...], say: Callable[[str], None], disable: tuple[str, ...] = ()) -> None:
+    """systemctl enable --now, when systemd runs this machine (after disabling `disable`, units that would
+    take the same ports); otherwise say what to start."""
     if not machine.systemd_booted():
         say(f"[start] systemd is not running here: start {' '.join(units)} now (their ExecStart, in this order)")
         return
+    if disable:
+        proc = await asyncio.create_subprocess_exec("systemctl", "disable", "--now", *disable,
+                                                    stderr=asyncio.subprocess.DEVNULL)
+        await proc.wait()
     for argv in (("systemctl", "daemon-reload"), ("systemctl", "enable", "--now", *units)):
         proc = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE)
         _, err = await proc.communicate()
@@ -198,6 +205,6 @@ async def start_units(units: tuple[str, ...], say: Callable[[str], None]) -> Non
 async def init(layout: Layout, opts: InitOptions, say: Callable[[str], None] = print) -> str:
     written = await asyncio.to_thread(write_files, layout, opts)
     say(f"[certs] [kubeconfig] [env] wrote {len(written)} files under {layout.config_dir}")
-    await start_units((*machine.CONTROL_PLANE_UNITS, *machine.NODE_UNITS), say)
+    await start_units((*machine.CONTROL_PLANE_UNITS, *machine.NODE_UNITS), say, disable=(DEBIAN_ETCD,))
     say(f"[wait-control-plane] waiting for the API server at https://{opts.advertise_address}:{opts.port}")
     return await upload(layout, opts)
