@@ -9,8 +9,8 @@ from pathlib import Path
 import structlog
 
 from kubelet_agent.certificate.bootstrap import load_client_cert
-from kubelet_agent.certificate.manager import ClientCertificateManager
-from kubelet_agent.certificate.store import FileStore
+from kubelet_agent.certificate.manager import client_manager, serving_manager
+from kubelet_agent.certificate.store import SERVER_PREFIX, FileStore
 from kubelet_agent.config import Settings, parser, settings
 from kubelet_agent.cri.hollow import HollowRuntime
 from kubelet_agent.hollow import HollowNodes
@@ -86,7 +86,22 @@ def rotate_client_certificate(s: Settings, client: Client) -> asyncio.Task[None]
         log.info("not rotating: the kubeconfig's client certificate is not the one in --cert-dir",
                  node=s.hostname, cert_dir=s.cert_dir)
         return None
-    return asyncio.create_task(ClientCertificateManager(client, store, s.hostname).run())
+    return asyncio.create_task(client_manager(client, store, s.hostname).run())
+
+
+def rotate_serving_certificate(s: Settings, client: Client, api: KubeletServer) -> asyncio.Task[None] | None:
+    """With --rotate-server-certificates, the kubelet API serves a certificate of the kubelet-serving signer
+    from --cert-dir as soon as one is issued (its self-signed one until then), renewed before it expires."""
+    if not s.rotate_server_certificates:
+        return None
+    store = FileStore(Path(s.cert_dir), SERVER_PREFIX)
+
+    def serve_current() -> None:
+        api.use_certificate(store.current, store.current)
+
+    if store.load() is not None:
+        serve_current()
+    return asyncio.create_task(serving_manager(client, store, s.hostname, s.node_ips, serve_current).run())
 
 
 async def main(argv: list[str]) -> None:
@@ -111,6 +126,7 @@ async def main(argv: list[str]) -> None:
         await health.start()
     runner: Kubelet | HollowNodes
     api: KubeletServer | None = None
+    serving: asyncio.Task[None] | None = None
     if s.hollow_nodes:
         runner = HollowNodes(client, s.hostname, s.hollow_nodes, options(s), labels=s.labels, taints=s.taints,
                              max_pods=s.max_pods, stages=s.hollow_stages)
@@ -125,13 +141,15 @@ async def main(argv: list[str]) -> None:
     try:
         if isinstance(runner, Kubelet):
             api = await start_api(s, runner)
+            serving = rotate_serving_certificate(s, client, api)
         await runner.start()
         started.set()
         log.info("kubelet started", node=s.hostname, hollow=s.hollow, nodes=s.hollow_nodes or 1)
         await asyncio.Event().wait()
     finally:
-        if rotation is not None:
-            rotation.cancel()
+        for task in (rotation, serving):
+            if task is not None:
+                task.cancel()
         if api is not None:
             await api.stop()
         await runner.stop()

@@ -14,14 +14,17 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from services.client import AlreadyExists, Client, gvr
+from services.runtime import pki
 
 log = structlog.get_logger("kubelet.certificate")
 
 CSRS = gvr("certificates.k8s.io/v1", "certificatesigningrequests", namespaced=False)
 KUBE_APISERVER_CLIENT_KUBELET = "kubernetes.io/kube-apiserver-client-kubelet"
+KUBELET_SERVING = "kubernetes.io/kubelet-serving"
 NODES_GROUP = "system:nodes"
 #: an ECDSA key signs and does not encipher: upstream asks for these two usages for it
 CLIENT_USAGES = ("digital signature", "client auth")
+SERVING_USAGES = ("digital signature", "server auth")
 
 
 class RequestRefused(Exception):
@@ -37,6 +40,16 @@ def node_client_request(key: ec.EllipticCurvePrivateKey, node_name: str) -> byte
     subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, NODES_GROUP),
                          x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node_name}")])
     csr = x509.CertificateSigningRequestBuilder().subject_name(subject).sign(key, hashes.SHA256())
+    return csr.public_bytes(serialization.Encoding.PEM)
+
+
+def node_serving_request(key: ec.EllipticCurvePrivateKey, node_name: str, hosts: list[str]) -> bytes:
+    """PEM x509 request of the kubelet API's serving identity: the node's subject, its names and addresses."""
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, NODES_GROUP),
+                         x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node_name}")])
+    sans = pki.split_hosts([node_name, *hosts])
+    csr = (x509.CertificateSigningRequestBuilder().subject_name(subject)
+           .add_extension(x509.SubjectAlternativeName(sans), critical=False).sign(key, hashes.SHA256()))
     return csr.public_bytes(serialization.Encoding.PEM)
 
 

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from services.runtime import pki
 
 CLIENT_PREFIX = "kubelet-client"
+SERVER_PREFIX = "kubelet-server"
 
 
 @dataclass(frozen=True)

@@ -227,7 +227,49 @@ def test_kubelet_rotates_a_certificate_near_its_end_as_itself(plane: Plane, tmp_
         # The node keeps working after the swap: it registers and turns Ready through the new certificate.
         eventually(lambda: node_ready(plane, "rot-b"), what="node rot-b Ready")
         assert whoami(plane, tmp_path / "kubelet.conf")["username"] == "system:node:rot-b"
-        assert "rotated the client certificate" in (tmp_path / "kubelet-rot-b.log").read_text()
+        assert "rotated the certificate" in (tmp_path / "kubelet-rot-b.log").read_text()
+    finally:
+        kubelet.terminate()
+        kubelet.wait(15)
+
+
+def test_kubelet_serves_a_certificate_of_the_kubelet_serving_signer_once_approved(plane: Plane, tmp_path: Path) -> None:
+    boot = bootstrap_kubeconfig(plane, tmp_path / "bootstrap-kubelet.conf")
+    kubelet = start_kubelet("srv-c", tmp_path, "--bootstrap-kubeconfig", str(boot), "--rotate-server-certificates")
+    try:
+        def serving_csr() -> dict[str, Any] | None:
+            with plane.client() as admin:
+                items = admin.get(CSRS).json()["items"]
+            return next((c for c in items if c["spec"]["signerName"] == "kubernetes.io/kubelet-serving"
+                         and c["spec"]["username"] == "system:node:srv-c"), None)
+
+        csr = eventually(serving_csr, what="the kubelet's serving CSR")
+        assert sorted(csr["spec"]["usages"]) == ["digital signature", "server auth"]
+        assert "status" not in csr or not csr["status"].get("conditions"), "serving CSRs wait for an approver"
+        csr["status"] = {"conditions": [{"type": "Approved", "status": "True", "reason": "TestApproved",
+                                         "message": "approved by the test"}]}
+        with plane.client() as admin:
+            r = admin.put(f"{CSRS}/{csr['metadata']['name']}/approval", json=csr)
+            assert r.status_code == 200, r.text
+
+        def port() -> int:
+            with plane.client() as admin:
+                node = admin.get("/api/v1/nodes/srv-c").json()
+            return int(((node.get("status") or {}).get("daemonEndpoints") or {}).get("kubeletEndpoint", {})
+                       .get("Port") or 0)
+
+        kubelet_port = eventually(port, what="the kubelet's port")
+
+        def served() -> x509.Certificate | None:
+            pem = ssl.get_server_certificate(("127.0.0.1", kubelet_port))
+            cert = x509.load_pem_x509_certificate(pem.encode())
+            return cert if cert.issuer == plane.ca.cert.subject else None
+
+        cert = eventually(served, what="the signed serving certificate on the kubelet API")
+        assert cert.subject.rfc4514_string() == "CN=system:node:srv-c,O=system:nodes"
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert "srv-c" in sans.get_values_for_type(x509.DNSName)
+        assert (tmp_path / "pki" / "kubelet-server-current.pem").is_symlink()
     finally:
         kubelet.terminate()
         kubelet.wait(15)
