@@ -77,19 +77,15 @@ def write_files(layout: Layout, opts: InitOptions) -> list[Path]:
     pki_dir = layout.pki
     ensure_pki(pki_dir, apiserver_hosts([ip, name, socket.gethostname()], opts.service_cidr))
     ensure_etcd_pki(pki_dir, ["localhost", "127.0.0.1", "::1", ip, name])
-    for identity in (DNS,):
-        pair = pki_dir.client(identity)
-        if not pair[0].exists():
-            pki.issue_client_cert(pki.CertKey.load(*pki_dir.ca), identity.user, identity.groups).write(*pair)
+    dns_pair = pki_dir.client(DNS)
+    if not dns_pair[0].exists():
+        pki.issue_client_cert(pki.CertKey.load(*pki_dir.ca), DNS.user, DNS.groups).write(*dns_pair)
     ensure_encryption_config(pki_dir)
     written = []
     for conf, identity in (("admin", None), ("scheduler", SCHEDULER), ("controller-manager", CONTROLLER_MANAGER),
                            ("kube-proxy", PROXY), ("dns", DNS)):
         path = layout.kubeconfig(conf)
-        if identity is None:
-            write_kubeconfig(path, server, pki_dir)
-        else:
-            write_kubeconfig(path, server, pki_dir, identity)
+        write_kubeconfig(path, server, pki_dir, identity or ADMIN)
         written.append(path)
     token = opts.token or bt.generate_token()
     ca_pem = pki_dir.ca[0].read_bytes()
