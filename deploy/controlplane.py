@@ -82,10 +82,10 @@ def write_files(layout: Layout, opts: InitOptions) -> list[Path]:
         pki.issue_client_cert(pki.CertKey.load(*pki_dir.ca), DNS.user, DNS.groups).write(*dns_pair)
     ensure_encryption_config(pki_dir)
     written = []
-    for conf, identity in (("admin", None), ("scheduler", SCHEDULER), ("controller-manager", CONTROLLER_MANAGER),
+    for conf, identity in (("admin", ADMIN), ("scheduler", SCHEDULER), ("controller-manager", CONTROLLER_MANAGER),
                            ("kube-proxy", PROXY), ("dns", DNS)):
         path = layout.kubeconfig(conf)
-        write_kubeconfig(path, server, pki_dir, identity or ADMIN)
+        write_kubeconfig(path, server, pki_dir, identity)
         written.append(path)
     token = opts.token or bt.generate_token()
     ca_pem = pki_dir.ca[0].read_bytes()
