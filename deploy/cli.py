@@ -8,8 +8,11 @@ import socket
 import sys
 from pathlib import Path
 
-from deploy import local, tokens
+from deploy import controlplane, local, machine, tokens
+from deploy import join as join_
 from deploy.bootstrap import (
+    CLUSTER_CIDR,
+    SERVICE_CIDR,
     PkiDir,
     apiserver_hosts,
     ensure_encryption_config,
@@ -17,6 +20,7 @@ from deploy.bootstrap import (
     ensure_pki,
     write_kubeconfig,
 )
+from deploy.discovery import DiscoveryError
 from deploy.nodes import MAX_NODES
 from deploy.state import DEFAULT_PORT, PROXY_MODES
 from services.client import ApiError, ConfigError
@@ -75,6 +79,55 @@ def _token(args: argparse.Namespace) -> int:
     return 0
 
 
+def _machine_parsers(commands: argparse._SubParsersAction) -> None:
+    """`init` and `join`, kubeadm's commands for machines run by systemd (deploy/systemd)."""
+    def with_layout(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sub.add_argument("--config-dir", type=Path, default=machine.CONFIG_DIR,
+                         help=f"settings, kubeconfigs and env files (default {machine.CONFIG_DIR})")
+        sub.add_argument("--pki-dir", type=Path, help="the PKI (default <config-dir>/pki)")
+        sub.add_argument("--node-name", default="", help="this machine's node name (default: its hostname)")
+        sub.add_argument("--pod-network-cidr", default=CLUSTER_CIDR, help=f"pod addresses (default {CLUSTER_CIDR})")
+        sub.add_argument("--service-cidr", default=SERVICE_CIDR, help=f"Service addresses (default {SERVICE_CIDR})")
+        return sub
+
+    init = with_layout(commands.add_parser("init", help="make this machine the cluster's first control plane"))
+    init.add_argument("--apiserver-advertise-address", default="",
+                      help="the address other machines reach the API server at (default: the default route's)")
+    init.add_argument("--apiserver-bind-port", type=int, default=machine.API_PORT,
+                      help=f"the API server's port (default {machine.API_PORT})")
+    init.add_argument("--token", default="", help="the bootstrap token to create (default: a random one)")
+    init.add_argument("--token-ttl", type=_ttl, default=24 * 3600.0, help="its lifetime, 0 forever (default 24h0m0s)")
+    join = with_layout(commands.add_parser("join", help="add this machine to a cluster as a node"))
+    join.add_argument("address", metavar="SERVER", help="the API server's host:port, as `pyk8s init` printed it")
+    join.add_argument("--token", required=True, help="a bootstrap token (pyk8s token create)")
+    join.add_argument("--discovery-token-ca-cert-hash", action="append", default=[], metavar="sha256:HEX",
+                      help="the cluster CA's public-key pin; repeat for several")
+    join.add_argument("--node-ip", default="", help="this node's address (default: the default route's)")
+
+
+def _machine(args: argparse.Namespace) -> int:
+    layout = machine.Layout(config_dir=args.config_dir, pki_root=args.pki_dir)
+    name = (args.node_name or socket.gethostname()).lower()
+    try:
+        if args.command == "init":
+            address = args.apiserver_advertise_address or choose_host_address()
+            opts = controlplane.InitOptions(address, name, args.token, args.token_ttl, args.pod_network_cidr,
+                                            args.service_cidr, args.apiserver_bind_port)
+            command = asyncio.run(controlplane.init(layout, opts, lambda line: print(line, flush=True)))
+            print(f"Your pyk8s control plane has initialized successfully. As root: "
+                  f"export KUBECONFIG={layout.kubeconfig('admin')}\n"
+                  f"Join any number of machines by running on each as root:\n\n{command}", flush=True)
+        else:
+            opts = join_.JoinOptions(args.address, args.token, args.discovery_token_ca_cert_hash, name,
+                                     args.node_ip or choose_host_address(), args.pod_network_cidr,
+                                     args.service_cidr)
+            print(asyncio.run(join_.join(layout, opts, lambda line: print(line, flush=True))), flush=True)
+    except (controlplane.InitError, join_.JoinError, DiscoveryError, NoHostAddress, OSError, ValueError) as error:
+        print(f"pyk8s {args.command} failed: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyk8s", description="Run a pyk8s cluster.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -123,6 +176,8 @@ def _parser() -> argparse.ArgumentParser:
     with_state_dir(image_commands.add_parser("ls", help="list the images the cluster's registry serves"))
 
     _token_parsers(commands, with_state_dir)
+
+    _machine_parsers(commands)
 
     pki = commands.add_parser("pki", help="write a CA, apiserver serving cert and admin kubeconfig")
     pki.add_argument("--dir", type=Path, default=Path("/etc/pyk8s"), help="output directory (default /etc/pyk8s)")
@@ -178,6 +233,8 @@ def run(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "token":
         return _token(args)
+    if args.command in ("init", "join"):
+        return _machine(args)
     if args.command == "status":
         rows = asyncio.run(local.status(args.state_dir))
         print(local.format_status(rows))

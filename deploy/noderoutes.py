@@ -1,12 +1,14 @@
-"""`python -m deploy.noderoutes`: the pod network across the local cluster's nodes, like flannel's host-gw.
+"""`python -m deploy.noderoutes`: the pod network across the cluster's nodes, like flannel's host-gw.
 
-One per cluster, started by `pyk8s up`. It watches Nodes and, in each real node's network namespace,
-routes every other node's spec.podCIDR via that node's InternalIP on the node segment, and removes
-the routes of nodes that are gone. With `--host-routes` it routes every node's pod CIDR from the host
-too, because the apiserver must reach pod IPs directly, as upstream's does (services/proxy, pods/proxy),
-with `--service-cidr` the Service CIDR via one node, so the host reaches ClusterIPs, and with
-`--load-balancer-routes` each LoadBalancer address of a pool via a node that answers it.
-Its routes carry a protocol number of their own, so it finds and replaces only what it wrote.
+`pyk8s up` runs one per cluster: it watches Nodes and, in each real node's network namespace, routes
+every other node's spec.podCIDR via that node's InternalIP on the node segment, and removes the routes
+of nodes that are gone. On machines (deploy/systemd) each machine runs its own with `--node-name`,
+which does the same in the agent's own network namespace for that one node. With `--host-routes` it
+routes every node's pod CIDR from the host too, because the apiserver must reach pod IPs directly, as
+upstream's does (services/proxy, pods/proxy), with `--service-cidr` the Service CIDR via one node, so
+the host reaches ClusterIPs, and with `--load-balancer-routes` each LoadBalancer address of a pool via a
+node that answers it. Its routes carry a protocol number of their own, so it finds and replaces only
+what it wrote.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ def parser() -> argparse.ArgumentParser:
     p = base_parser("pyk8s-noderoutes", "Routes each node's pod CIDR to it from every other node.")
     p.add_argument("--netns", action="append", default=[], metavar="NODE=NETNS",
                    help="a real node and the network namespace it lives in (repeat per node)")
-    p.add_argument("--node-subnet", required=True,
-                   help="the node segment: only nodes with an InternalIP in it are routed to")
+    p.add_argument("--node-name", default="",
+                   help="route for this node in the agent's own network namespace (one agent per machine)")
+    p.add_argument("--node-subnet", default="0.0.0.0/0",
+                   help="the node segment: only nodes with an InternalIP in it are routed to (default: any)")
     p.add_argument("--host-routes", action="store_true",
                    help="also route every node's pod CIDR from the host's own network namespace")
     p.add_argument("--service-cidr", default="",
@@ -148,7 +152,7 @@ def netns_exists(netns: str) -> bool:
 class RouteSync:
     def __init__(self, informer: Informer, netns: dict[str, str], subnet: ipaddress.IPv4Network,
                  host: bool = False, service_cidr: str = "", services: Informer | None = None,
-                 slices: Informer | None = None) -> None:
+                 slices: Informer | None = None, local_node: str = "") -> None:
         self.informer = informer
         self.services = services
         self.slices = slices
@@ -156,6 +160,7 @@ class RouteSync:
         self.subnet = subnet
         self.host = host
         self.service_cidr = service_cidr
+        self.local_node = local_node
         self.synced = False
 
     async def sync(self) -> None:
@@ -166,6 +171,8 @@ class RouteSync:
             if self.services is not None and self.slices is not None:
                 wanted.update(lb_routes(self.services.list(), self.slices.list(), table))
             syncs.append(self.apply(None, "host", wanted))
+        if self.local_node:
+            syncs.append(self.apply(None, self.local_node, desired_for(self.local_node, table)))
         results = await asyncio.gather(*syncs, return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         for error in errors:
@@ -194,7 +201,7 @@ async def main_async(args: argparse.Namespace) -> None:
     extra = [Informer(client, SERVICES), Informer(client, ENDPOINT_SLICES)] if args.load_balancer_routes else []
     routes = RouteSync(informer, netns, ipaddress.IPv4Network(args.node_subnet), host=args.host_routes,
                        service_cidr=args.service_cidr, services=extra[0] if extra else None,
-                       slices=extra[1] if extra else None)
+                       slices=extra[1] if extra else None, local_node=args.node_name)
     wake = asyncio.Event()
     informer.add_event_handler(lambda _n: wake.set(), lambda _o, _n: wake.set(), lambda _n: wake.set())
     if extra:
@@ -221,7 +228,7 @@ async def main_async(args: argparse.Namespace) -> None:
         health.add_readyz_check("routes", lambda: routes.synced)
     for watched in (informer, *extra):
         watched.start()
-    log.info("starting node route sync", nodes=sorted(netns), subnet=args.node_subnet)
+    log.info("starting node route sync", nodes=sorted(netns) or [args.node_name], subnet=args.node_subnet)
     try:
         for watched in (informer, *extra):
             await watched.wait_for_sync()

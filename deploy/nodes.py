@@ -506,20 +506,25 @@ async def delete_node(state: State, http: httpx.AsyncClient, name: str) -> None:
 
 
 async def ensure_kube_dns(state: State, http: httpx.AsyncClient) -> None:
-    """`kube-system/kube-dns` at 10.96.0.10 with a slice pointing at the DNS server on the bridge.
+    """`kube-system/kube-dns` pointing at the DNS server `up` runs on the bridge."""
+    await write_kube_dns(http, state.server, bridge_ip(state), state.settings.dns_port)
+
+
+async def write_kube_dns(http: httpx.AsyncClient, server: str, ip: str, port: int,
+                         cluster_ip: str = CLUSTER_DNS_IP) -> None:
+    """`kube-system/kube-dns` at `cluster_ip` with a slice pointing at the DNS server at `ip`:`port`.
 
     No selector: the server is a host process, not a pod, so the slice is ours (managed-by pyk8s-up);
     kube-proxy in every node sends port 53 of the ClusterIP to it over the node segment.
     """
     namespace, name = DNS_SERVICE
-    port = state.settings.dns_port
-    base = f"{state.server}/api/v1/namespaces/{namespace}/services"
+    base = f"{server}/api/v1/namespaces/{namespace}/services"
     service = {
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": namespace,
                      "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS",
                                 "kubernetes.io/cluster-service": "true"}},
-        "spec": {"clusterIP": CLUSTER_DNS_IP, "type": "ClusterIP",
+        "spec": {"clusterIP": cluster_ip, "type": "ClusterIP",
                  "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": port},
                            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": port}]},
     }
@@ -530,11 +535,11 @@ async def ensure_kube_dns(state: State, http: httpx.AsyncClient) -> None:
                      "labels": {"kubernetes.io/service-name": name,
                                 "endpointslice.kubernetes.io/managed-by": MANAGED_BY}},
         "addressType": "IPv4",
-        "endpoints": [{"addresses": [bridge_ip(state)], "conditions": {"ready": True}}],
+        "endpoints": [{"addresses": [ip], "conditions": {"ready": True}}],
         "ports": [{"name": "dns", "port": port, "protocol": "UDP"},
                   {"name": "dns-tcp", "port": port, "protocol": "TCP"}],
     }
-    slices = f"{state.server}/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
+    slices = f"{server}/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
     await _put_or_create(http, slices, DNS_SLICE, slice_body, "endpoints", "ports")
 
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 
 import structlog
 
+from kubelet_agent.certificate.bootstrap import load_client_cert
+from kubelet_agent.certificate.manager import client_manager, serving_manager
+from kubelet_agent.certificate.store import SERVER_PREFIX, FileStore
 from kubelet_agent.config import Settings, parser, settings
 from kubelet_agent.cri.hollow import HollowRuntime
 from kubelet_agent.hollow import HollowNodes
@@ -77,6 +81,34 @@ async def start_api(s: Settings, kubelet: Kubelet) -> KubeletServer:
     return api
 
 
+def rotate_client_certificate(s: Settings, client: Client) -> asyncio.Task[None] | None:
+    """With --rotate-certificates, renew the client certificate kept in --cert-dir when the kubeconfig uses it."""
+    if not s.rotate_certificates:
+        return None
+    store = FileStore(Path(s.cert_dir))
+    uses_store = client.config.cert_file and Path(client.config.cert_file).absolute() == store.current.absolute()
+    if not uses_store or store.load() is None:
+        log.info("not rotating: the kubeconfig's client certificate is not the one in --cert-dir",
+                 node=s.hostname, cert_dir=s.cert_dir)
+        return None
+    return asyncio.create_task(client_manager(client, store, s.hostname).run())
+
+
+def rotate_serving_certificate(s: Settings, client: Client, api: KubeletServer) -> asyncio.Task[None] | None:
+    """With --rotate-server-certificates, the kubelet API serves a certificate of the kubelet-serving signer
+    from --cert-dir as soon as one is issued (its self-signed one until then), renewed before it expires."""
+    if not s.rotate_server_certificates:
+        return None
+    store = FileStore(Path(s.cert_dir), SERVER_PREFIX)
+
+    def serve_current() -> None:
+        api.use_certificate(store.current, store.current)
+
+    if store.load() is not None:
+        serve_current()
+    return asyncio.create_task(serving_manager(client, store, s.hostname, s.node_ips, serve_current).run())
+
+
 async def main(argv: list[str]) -> None:
     p = parser()
     args = p.parse_args(argv)
@@ -85,7 +117,12 @@ async def main(argv: list[str]) -> None:
         s = settings(args)
     except ValueError as exc:
         p.error(str(exc))
+    if s.bootstrap_kubeconfig:
+        if not args.kubeconfig:
+            p.error("--bootstrap-kubeconfig needs --kubeconfig: where the node's own kubeconfig is written")
+        await load_client_cert(Path(args.kubeconfig), Path(s.bootstrap_kubeconfig), Path(s.cert_dir), s.hostname)
     client = Client(client_config(args, "kubelet/v1.32.0-pyk8s"))
+    rotation = rotate_client_certificate(s, client)
     # As upstream's 10248: health only. Metrics are on the kubelet API, behind authn/authz (nodes/metrics).
     health = HealthServer(s.healthz_bind, s.healthz_port, metrics=False) if s.healthz_port else None
     started = asyncio.Event()
@@ -94,6 +131,7 @@ async def main(argv: list[str]) -> None:
         await health.start()
     runner: Kubelet | HollowNodes
     api: KubeletServer | None = None
+    serving: asyncio.Task[None] | None = None
     if s.hollow_nodes:
         # An explicit --address serves each hollow node's kubelet API there (each on a port of its own).
         runner = HollowNodes(client, s.hostname, s.hollow_nodes, options(s), labels=s.labels, taints=s.taints,
@@ -111,11 +149,15 @@ async def main(argv: list[str]) -> None:
     try:
         if isinstance(runner, Kubelet):
             api = await start_api(s, runner)
+            serving = rotate_serving_certificate(s, client, api)
         await runner.start()
         started.set()
         log.info("kubelet started", node=s.hostname, hollow=s.hollow, nodes=s.hollow_nodes or 1)
         await asyncio.Event().wait()
     finally:
+        for task in (rotation, serving):
+            if task is not None:
+                task.cancel()
         if api is not None:
             await api.stop()
         await runner.stop()

@@ -69,6 +69,9 @@ class Settings:
     tls_cert_file: str = ""
     tls_key_file: str = ""
     cert_dir: str = ""
+    bootstrap_kubeconfig: str = ""
+    rotate_certificates: bool = False
+    rotate_server_certificates: bool = False
     client_ca_file: str = ""
     non_masquerade_cidr: str = "10.0.0.0/8"
     max_parallel_pod_starts: int = 0
@@ -118,6 +121,14 @@ def parser() -> argparse.ArgumentParser:
                    help="address of the kubelet API; the default 0.0.0.0 with --node-netns means the node IP "
                         "inside that namespace")
     p.add_argument("--cert-dir", default=None, help="where a self-signed serving cert is kept (<root-dir>/pki)")
+    p.add_argument("--bootstrap-kubeconfig", default=None,
+                   help="kubeconfig with a bootstrap token: when --kubeconfig is missing or expired, request a "
+                        "client certificate with it and write --kubeconfig pointing at the certificate in --cert-dir")
+    p.add_argument("--rotate-certificates", type=parse_bool, nargs="?", const=True, default=None,
+                   help="request a new client certificate as the current one nears expiry (default false)")
+    p.add_argument("--rotate-server-certificates", type=parse_bool, nargs="?", const=True, default=None,
+                   help="request the kubelet API's serving certificate from the kubelet-serving signer and renew "
+                        "it (default false; someone must approve each request)")
     p.add_argument("--client-ca-file", default=None,
                    help="client certificates this CA signed authenticate to the kubelet API")
     p.add_argument("--anonymous-auth", type=parse_bool, nargs="?", const=True, default=None,
@@ -204,6 +215,8 @@ def settings(args: argparse.Namespace) -> Settings:
         s.eviction_pressure_transition = parse_duration(doc.get("evictionPressureTransitionPeriod", "5m"))
         s.address = doc.get("address", s.address)
         s.allowed_unsafe_sysctls = [str(x) for x in doc.get("allowedUnsafeSysctls") or ()]
+        s.rotate_certificates = bool(doc.get("rotateCertificates", s.rotate_certificates))
+        s.rotate_server_certificates = bool(doc.get("serverTLSBootstrap", s.rotate_server_certificates))
         s.tls_cert_file = doc.get("tlsCertFile", "")
         s.tls_key_file = doc.get("tlsPrivateKeyFile", "")
         authn, authz = doc.get("authentication") or {}, doc.get("authorization") or {}
@@ -236,6 +249,8 @@ def settings(args: argparse.Namespace) -> Settings:
                        ("node_netns", "node_netns"), ("port", "port"), ("address", "address"),
                        ("tls_cert_file", "tls_cert_file"), ("tls_key_file", "tls_private_key_file"),
                        ("cert_dir", "cert_dir"), ("client_ca_file", "client_ca_file"),
+                       ("bootstrap_kubeconfig", "bootstrap_kubeconfig"), ("rotate_certificates", "rotate_certificates"),
+                       ("rotate_server_certificates", "rotate_server_certificates"),
                        ("non_masquerade_cidr", "non_masquerade_cidr"),
                        ("max_parallel_pod_starts", "max_parallel_pod_starts"), ("anonymous_auth", "anonymous_auth"),
                        ("token_webhook", "authentication_token_webhook"),

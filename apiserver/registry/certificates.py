@@ -20,6 +20,7 @@ from cryptography import x509
 from apiserver.registry.base import MetaStrategy, get
 from apiserver.registry.strategy import Cause, Obj
 from services.api import errors
+from services.api import validation as v
 from services.api.meta import now_rfc3339
 from services.auth.identity import UserInfo
 
@@ -227,6 +228,10 @@ def _keep_approval(new: Obj, old: Obj) -> None:
 
 class CertificateSigningRequestStrategy(MetaStrategy):
     """The main resource: spec set once at create (the requester's identity by the server), status not here."""
+
+    #: upstream does not care what requests are called (kubelets name theirs node-csr-<base64url digest>);
+    #: a name only has to fit in a URL path
+    name_fn = staticmethod(v.name_is_path_segment)
 
     def defaults(self, obj: Obj) -> None:
         for cond in conditions(obj):

@@ -135,6 +135,7 @@ class KubeletServer:
         self._stats = stats.StatsCollector()
         # Its own collector, so scrapes of /metrics/resource do not move the rates /stats/summary reports.
         self._resource_stats = stats.StatsCollector()
+        self._ssl: ssl.SSLContext | None = None
 
     def ssl_context(self) -> ssl.SSLContext:
         cert, key = self.cert_file, self.key_file
@@ -150,9 +151,16 @@ class KubeletServer:
             ctx.verify_mode = ssl.CERT_OPTIONAL
         return ctx
 
+    def use_certificate(self, cert_file: Path, key_file: Path) -> None:
+        """Serve this certificate from the next handshake on (a rotated one; connections open keep theirs)."""
+        if self._ssl is not None:
+            self._ssl.load_cert_chain(str(cert_file), str(key_file))
+            log.info("kubelet API serving a new certificate", path=str(cert_file))
+
     async def start(self, tls: bool = True, sock: socket.socket | None = None) -> None:
         """Serve on address:port, or on `sock` when given (bound elsewhere, e.g. in the node's namespace)."""
         ctx = await asyncio.to_thread(self.ssl_context) if tls else None
+        self._ssl = ctx
         if sock is None:
             self._server = await asyncio.start_server(self._serve, self.address, self.port, ssl=ctx, limit=1 << 20)
         else:

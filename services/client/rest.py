@@ -151,6 +151,7 @@ class Client:
         self.backoff_cap = backoff_cap
         self._bucket = TokenBucket(self.config.qps, self.config.burst or int(max(self.config.qps, 1)))
         verify = self.config.ssl_context()
+        self._ssl = verify if isinstance(verify, ssl.SSLContext) else None
         if transport is None:
             transport = AsyncTransport(
                 verify if isinstance(verify, ssl.SSLContext) else None,
@@ -171,6 +172,16 @@ class Client:
             {"sni_hostname": self.config.tls_server_name} if self.config.tls_server_name else {}
         )
         self._raw = _RawRequests.build(self.config, transport, auth)
+        self._transport = transport
+
+    def reload_client_certificate(self) -> None:
+        """Present the certificate now in the config's cert and key files from the next handshake on, and
+        drop idle connections, as client-go does when a rotated certificate lands."""
+        if self._ssl is None or not self.config.cert_file:
+            return
+        self._ssl.load_cert_chain(self.config.cert_file, self.config.key_file or None)
+        if isinstance(self._transport, AsyncTransport):
+            self._transport.close_idle()
 
     @property
     def namespace(self) -> str:

@@ -86,6 +86,13 @@ class AsyncTransport(httpx.AsyncBaseTransport):
                 conn.close()
         self._idle.clear()
 
+    def close_idle(self) -> None:
+        """Close the pooled connections, so the next requests handshake again (with a new client cert)."""
+        for conns in self._idle.values():
+            for conn in conns:
+                conn.close()
+        self._idle.clear()
+
     def idle_connections(self) -> int:
         return sum(len(conns) for conns in self._idle.values())
 
