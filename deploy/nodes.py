@@ -508,9 +508,13 @@ async def ensure_kube_dns(state: State, http: httpx.AsyncClient) -> None:
     No selector: the server is a host process, not a pod, so the slice is ours (managed-by pyk8s-up);
     kube-proxy in every node sends port 53 of the ClusterIP to it over the node segment.
     """
+    await write_kube_dns(http, state.server, bridge_ip(state), state.settings.dns_port)
+
+
+async def write_kube_dns(http: httpx.AsyncClient, server: str, address: str, port: int) -> None:
+    """The kube-dns Service and its slice sending port 53 to a DNS server at `address`:`port`."""
     namespace, name = DNS_SERVICE
-    port = state.settings.dns_port
-    base = f"{state.server}/api/v1/namespaces/{namespace}/services"
+    base = f"{server}/api/v1/namespaces/{namespace}/services"
     service = {
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": namespace,
@@ -520,19 +524,19 @@ async def ensure_kube_dns(state: State, http: httpx.AsyncClient) -> None:
                  "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": port},
                            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": port}]},
     }
-    await _put_or_create(http, base, name, service, "spec")
+    await put_or_create(http, base, name, service, "spec")
     slice_body = {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": DNS_SLICE, "namespace": namespace,
                      "labels": {"kubernetes.io/service-name": name,
                                 "endpointslice.kubernetes.io/managed-by": MANAGED_BY}},
         "addressType": "IPv4",
-        "endpoints": [{"addresses": [bridge_ip(state)], "conditions": {"ready": True}}],
+        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
         "ports": [{"name": "dns", "port": port, "protocol": "UDP"},
                   {"name": "dns-tcp", "port": port, "protocol": "TCP"}],
     }
-    slices = f"{state.server}/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
-    await _put_or_create(http, slices, DNS_SLICE, slice_body, "endpoints", "ports")
+    slices = f"{server}/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
+    await put_or_create(http, slices, DNS_SLICE, slice_body, "endpoints", "ports")
 
 
 async def ensure_default_storage_class(state: State, http: httpx.AsyncClient) -> None:
@@ -545,7 +549,7 @@ async def ensure_default_storage_class(state: State, http: httpx.AsyncClient) ->
         "provisioner": STORAGE_PROVISIONER, "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": "Delete",
         "parameters": {"path": str(storage_dir(state))},
     }
-    await _put_or_create(http, f"{state.server}/apis/storage.k8s.io/v1/storageclasses", STORAGE_CLASS, body)
+    await put_or_create(http, f"{state.server}/apis/storage.k8s.io/v1/storageclasses", STORAGE_CLASS, body)
 
 
 def storage_dir(state: State) -> Path:
@@ -553,7 +557,7 @@ def storage_dir(state: State) -> Path:
     return state.root / "storage"
 
 
-async def _put_or_create(http: httpx.AsyncClient, base: str, name: str, body: dict[str, Any],
+async def put_or_create(http: httpx.AsyncClient, base: str, name: str, body: dict[str, Any],
                          *compare: str) -> None:
     current = await _api(http, "GET", f"{base}/{name}")
     if current.status_code == 404:
