@@ -308,6 +308,9 @@ def node_commands(name: str, ip: str, subnet: ipaddress.IPv4Network, kubelet_con
 
 #: The container's own network namespace under a name, so noderoutes treats it as one node's.
 NODE_NETNS = "node"
+#: Snapshots as plain copies: overlayfs cannot stack on the container's own overlayfs, and a volume
+#: under /var/lib/containerd would outlive the container (compose's `down` orphans such volumes).
+NODE_SNAPSHOTTER = '[plugins."io.containerd.grpc.v1.cri".containerd]\n  snapshotter = "native"\n'
 
 
 async def _wait_for_socket(path: Path) -> None:
@@ -338,9 +341,10 @@ async def run_node(mirror: str) -> int:
     containerd_dir = Path("/etc/containerd")
     nodes.write_registry_hosts(containerd_dir / "certs.d", mirror)
     config = containerd_dir / "config.toml"
-    config.write_text(nodes.containerd_config(Path("/var/lib/containerd"), Path("/run/containerd"),
-                                              Path("/run/containerd/containerd.sock"), Path("/etc/cni/net.d"),
-                                              containerd_dir / "certs.d"))
+    base = nodes.containerd_config(Path("/var/lib/containerd"), Path("/run/containerd"),
+                                   Path("/run/containerd/containerd.sock"), Path("/etc/cni/net.d"),
+                                   containerd_dir / "certs.d")
+    config.write_text(base + NODE_SNAPSHOTTER)
     commands = node_commands(name, ip, subnet, kubelet_conf, config)
     procs: dict[str, asyncio.subprocess.Process] = {}
     stop = asyncio.Event()

@@ -42,6 +42,7 @@ PROJECT = "pyk8s"
 #: The checkout's owner in the test: nobody, so kubectl runs as a user that is not root.
 OWNER_UID = 65534
 NODES = 2
+HOLLOW_NODES = 3
 PYTHON_IMAGE = "python:3.11-slim-bookworm"
 DEBIAN_IMAGE = "debian:bookworm-slim"
 LOCK = REPO / "deploy" / "images" / "requirements.lock"
@@ -175,27 +176,33 @@ def copy_checkout(dest: Path) -> None:
 
 
 @pytest.fixture
-async def compose(tmp_path: Path) -> AsyncIterator[tuple[Docker, Path, dict[str, str]]]:
+async def compose() -> AsyncIterator[tuple[Docker, Path, dict[str, str]]]:
     docker = Docker(CACHE / "docker")
     iptables_before = await host_rules()
     await docker.start()
-    checkout = tmp_path / PROJECT
+    # not under pytest's tmp dir, which only root may enter
+    work = CACHE / "run"
+    shutil.rmtree(work, ignore_errors=True)
+    checkout = work / PROJECT
     os.makedirs(checkout)
-    os.chmod(tmp_path, 0o755)
+    for directory in (CACHE, work):
+        os.chmod(directory, 0o755)
     copy_checkout(checkout)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**docker.env, "PYK8S_PORT": str(port), "PYK8S_NODES": str(NODES)}
+    env = {**docker.env, "PYK8S_PORT": str(port), "PYK8S_NODES": str(NODES), "PYK8S_HOLLOW_NODES": str(HOLLOW_NODES)}
     try:
         started = time.monotonic()
         await build_base_images(docker)
         print(f"base images ready in {time.monotonic() - started:.0f}s")
-        await run("docker-compose", "down", "-v", "--remove-orphans", env=env, cwd=checkout)
+        await run("docker-compose", "--profile", "hollow", "down", "-v", "--remove-orphans", env=env, cwd=checkout)
+        await docker.docker("volume", "prune", "-f")  # what an earlier, failed run left; this dockerd is ours
         yield docker, checkout, env
     finally:
         with contextlib.suppress(Exception):
-            await run("docker-compose", "down", "-v", "--remove-orphans", env=env, cwd=checkout, check=False)
+            await run("docker-compose", "--profile", "hollow", "down", "-v", "--remove-orphans", env=env,
+                      cwd=checkout, check=False)
         await docker.stop()
     assert await host_rules() == iptables_before, "the host's iptables rules changed"
 
@@ -226,11 +233,11 @@ class Cluster:
     async def json(self, *argv: str) -> dict:
         return json.loads(await self.kubectl(*argv, "-o", "json"))
 
-    async def ready_nodes(self) -> list[str]:
+    async def ready_nodes(self, count: int = NODES) -> list[str]:
         nodes = (await self.json("get", "nodes"))["items"]
         ready = [n["metadata"]["name"] for n in nodes
                  if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))]
-        return sorted(ready) if len(ready) == NODES else []
+        return sorted(ready) if len(ready) == count else []
 
     async def cert_subject(self, service: str, kubeconfig: str) -> tuple[str, list[str]]:
         text = await self.compose("exec", "-T", service, "cat", kubeconfig)
@@ -300,7 +307,7 @@ async def test_compose_cluster(compose: tuple[Docker, Path, dict[str, str]]) -> 
     for image in IMAGES:
         found = await docker.docker("run", "--rm", "--network=none", "--entrypoint=sh", image, "-c",
                                     "find / -xdev \\( -name .git -o -name .pyk8s -o -name .venv -o -name ca.key "
-                                    "-o -name '*.key' -path '/opt/*' \\) -print; ls /opt/pyk8s 2>/dev/null")
+                                    "-o -name '*.key' -path '/opt/*' \\) -print; ls /opt/pyk8s 2>/dev/null; true")
         assert not [line for line in found.splitlines() if line.startswith("/")], f"{image}: {found}"
         assert "tests" not in found.split(), f"{image} holds the tests"
     for image, user in ((IMAGES[0], "pyk8s"), (IMAGES[2], "etcd")):
@@ -320,6 +327,14 @@ async def test_compose_cluster(compose: tuple[Docker, Path, dict[str, str]]) -> 
     await cluster.kubectl("wait", "--for=condition=Ready", "pod/client", "--timeout=120s")
     names = {p["metadata"]["name"] for p in pods}
     assert await eventually(lambda: _all_served(cluster, names), limit=60, what="both pods through the Service")
+
+    # the hollow profile: simulated nodes next to the real ones
+    await cluster.compose("--profile", "hollow", "up", "-d", "hollow")
+    assert await eventually(lambda: cluster.ready_nodes(NODES + HOLLOW_NODES), limit=120, interval=1,
+                            what="hollow nodes Ready")
+    await cluster.compose("--profile", "hollow", "rm", "-sf", "hollow")
+    for i in range(HOLLOW_NODES):
+        await cluster.kubectl("delete", "node", f"hollow-{i}")
 
     before = {kind: (await cluster.json("get", kind, "web"))["metadata"]["uid"] for kind in ("deployment", "service")}
     token = (await cluster.kubectl("create", "token", "default", "--duration=2h")).strip()
