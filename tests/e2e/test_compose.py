@@ -239,11 +239,14 @@ class Cluster:
                  if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))]
         return sorted(ready) if len(ready) == count else []
 
-    async def cert_subject(self, service: str, kubeconfig: str) -> tuple[str, list[str]]:
-        text = await self.compose("exec", "-T", service, "cat", kubeconfig)
-        user = yaml.safe_load(text)["users"][0]["user"]
+    async def cat(self, container: str, path: str) -> str:
+        """A file inside a container, read with `docker exec` (the name is compose v1's)."""
+        return await run("docker", "exec", f"{PROJECT}_{container}", "cat", path, env=self.env)
+
+    async def cert_subject(self, container: str, kubeconfig: str) -> tuple[str, list[str]]:
+        user = yaml.safe_load(await self.cat(container, kubeconfig))["users"][0]["user"]
         pem = (base64.b64decode(user["client-certificate-data"]) if "client-certificate-data" in user
-               else (await self.compose("exec", "-T", service, "cat", user["client-certificate"])).encode())
+               else (await self.cat(container, user["client-certificate"])).encode())
         subject = x509.load_pem_x509_certificate(pem).subject
         return (subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value,
                 [a.value for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)])
@@ -298,12 +301,7 @@ async def test_compose_cluster(compose: tuple[Docker, Path, dict[str, str]]) -> 
     assert (info.st_uid, info.st_mode & 0o777) == (OWNER_UID, 0o600)
     server = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
     assert server == f"https://127.0.0.1:{env['PYK8S_PORT']}"
-    nodes = await eventually(cluster.ready_nodes, limit=180, interval=1, what="both nodes Ready")
-    assert nodes == [f"{PROJECT}-node-{i}" for i in range(1, NODES + 1)]
-    cidrs = {(await cluster.json("get", "node", n))["spec"]["podCIDR"] for n in nodes}
-    assert len(cidrs) == NODES
-
-    # every image: no key, git directory, venv, cluster state or tests
+    # every image: no key, git directory, venv, cluster state or tests (while the nodes start)
     for image in IMAGES:
         found = await docker.docker("run", "--rm", "--network=none", "--entrypoint=sh", image, "-c",
                                     "find / -xdev \\( -name .git -o -name .pyk8s -o -name .venv -o -name ca.key "
@@ -313,11 +311,17 @@ async def test_compose_cluster(compose: tuple[Docker, Path, dict[str, str]]) -> 
     for image, user in ((IMAGES[0], "pyk8s"), (IMAGES[2], "etcd")):
         assert (await docker.docker("image", "inspect", "-f", "{{.Config.User}}", image)).strip() == user
 
+    nodes = await eventually(cluster.ready_nodes, limit=180, interval=1, what="both nodes Ready")
+    assert nodes == [f"{PROJECT}-node-{i}" for i in range(1, NODES + 1)]
+    cidrs = {(await cluster.json("get", "node", n))["spec"]["podCIDR"] for n in nodes}
+    assert len(cidrs) == NODES
+
     # each component as its own user, none of them system:masters; kubelets as system:node:<name>
     for service, (volume, user) in COMPONENT_USERS.items():
-        assert await cluster.cert_subject(service, f"/var/lib/pyk8s/{volume}/kubeconfig") == (user, [])
+        assert await cluster.cert_subject(f"{service}_1", f"/var/lib/pyk8s/{volume}/kubeconfig") == (user, [])
     for i in range(1, NODES + 1):
-        assert await node_subject(cluster, i) == (f"system:node:{PROJECT}-node-{i}", ["system:nodes"])
+        assert await cluster.cert_subject(f"node_{i}", "/var/lib/pyk8s-node/kubelet.conf") == (
+            f"system:node:{PROJECT}-node-{i}", ["system:nodes"])
 
     await cluster.kubectl("apply", "-f", "-", stdin=WEB.encode())
     await cluster.kubectl("wait", "--for=condition=Available", "deployment/web", "--timeout=120s")
@@ -325,11 +329,11 @@ async def test_compose_cluster(compose: tuple[Docker, Path, dict[str, str]]) -> 
     assert {p["spec"]["nodeName"] for p in pods} == set(nodes)
     await cluster.kubectl("run", "client", "--image=busybox", "--restart=Never", "--", "sleep", "3600")
     await cluster.kubectl("wait", "--for=condition=Ready", "pod/client", "--timeout=120s")
+    # the hollow profile: simulated nodes next to the real ones (started once the pods above are placed)
+    await cluster.compose("--profile", "hollow", "up", "-d", "hollow")
     names = {p["metadata"]["name"] for p in pods}
     assert await eventually(lambda: _all_served(cluster, names), limit=60, what="both pods through the Service")
 
-    # the hollow profile: simulated nodes next to the real ones
-    await cluster.compose("--profile", "hollow", "up", "-d", "hollow")
     assert await eventually(lambda: cluster.ready_nodes(NODES + HOLLOW_NODES), limit=120, interval=1,
                             what="hollow nodes Ready")
     await cluster.compose("--profile", "hollow", "rm", "-sf", "hollow")
@@ -363,14 +367,6 @@ async def test_compose_cluster(compose: tuple[Docker, Path, dict[str, str]]) -> 
 
 async def _all_served(cluster: Cluster, names: set[str]) -> bool:
     return await served_by(cluster, "client") == names
-
-
-async def node_subject(cluster: Cluster, index: int) -> tuple[str, list[str]]:
-    """The subject of node `index`'s kubelet client certificate."""
-    pem = await cluster.compose("exec", "-T", f"--index={index}", "node", "cat", "/var/lib/pyk8s-node/kubelet.crt")
-    subject = x509.load_pem_x509_certificate(pem.encode()).subject
-    return (subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value,
-            [a.value for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)])
 
 
 async def whoami(cluster: Cluster, server: str, ca_file: Path, token: str) -> str:
