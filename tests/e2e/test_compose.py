@@ -114,6 +114,11 @@ class Docker:
         except TimeoutError:
             self.proc.kill()
             await self.proc.wait()
+        # dockerd leaves the bind mount of its default network namespace behind
+        exec_root = f"{self.root / 'exec'}/"
+        for line in (await asyncio.to_thread(Path("/proc/self/mounts").read_text)).splitlines():
+            if line.split()[1].startswith(exec_root):
+                await run("umount", "-l", line.split()[1], check=False)
 
     async def docker(self, *argv: str, **kwargs: object) -> str:
         return await run("docker", *argv, env=self.env, **kwargs)  # type: ignore[arg-type]
@@ -204,6 +209,7 @@ async def compose() -> AsyncIterator[tuple[Docker, Path, dict[str, str]]]:
             await run("docker-compose", "--profile", "hollow", "down", "-v", "--remove-orphans", env=env,
                       cwd=checkout, check=False)
         await docker.stop()
+        shutil.rmtree(work, ignore_errors=True)
     assert await host_rules() == iptables_before, "the host's iptables rules changed"
 
 
