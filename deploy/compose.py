@@ -91,11 +91,9 @@ def write_pki(port: int, host_dir: Path, owner_of: Path) -> list[str]:
     `admin.conf` for the host (server 127.0.0.1:`port`) owned by whoever owns `owner_of` (the checkout)."""
     pki_files = pki_dir()
     ensure_pki(pki_files, apiserver_hosts(["apiserver"]))
-    for identity in (HOLLOW,):
-        pair = pki_files.client(identity)
-        if not pair[0].exists():
-            ca = pki.CertKey.load(*pki_files.ca)
-            pki.issue_client_cert(ca, identity.user, identity.groups).write(*pair)
+    hollow = pki_files.client(HOLLOW)
+    if not hollow[0].exists():
+        pki.issue_client_cert(pki.CertKey.load(*pki_files.ca), HOLLOW.user, HOLLOW.groups).write(*hollow)
     ensure_encryption_config(pki_files)
     written = [str(pki_files.root)]
     by_name = {identity.name: identity for identity in (*CLIENTS, HOLLOW)}
