@@ -7,7 +7,8 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$repo/.venv"
 packages=(etcd-server etcd-client containerd runc crun containernetworking-plugins iptables nftables conntrack
-          busybox-static gcc libc6-dev curl iproute2 util-linux skopeo systemd)
+          busybox-static gcc libc6-dev curl iproute2 util-linux skopeo systemd
+          docker.io docker-compose debootstrap)
 
 say() { printf 'install.sh: %s\n' "$*"; }
 

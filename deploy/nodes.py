@@ -528,7 +528,7 @@ async def write_kube_dns(http: httpx.AsyncClient, server: str, ip: str, port: in
                  "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": port},
                            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": port}]},
     }
-    await _put_or_create(http, base, name, service, "spec")
+    await put_or_create(http, base, name, service, "spec")
     slice_body = {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": DNS_SLICE, "namespace": namespace,
@@ -540,7 +540,7 @@ async def write_kube_dns(http: httpx.AsyncClient, server: str, ip: str, port: in
                   {"name": "dns-tcp", "port": port, "protocol": "TCP"}],
     }
     slices = f"{server}/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
-    await _put_or_create(http, slices, DNS_SLICE, slice_body, "endpoints", "ports")
+    await put_or_create(http, slices, DNS_SLICE, slice_body, "endpoints", "ports")
 
 
 METRICS_SERVICE = ("kube-system", "metrics-server")
@@ -562,7 +562,7 @@ async def ensure_metrics_server(state: State, http: httpx.AsyncClient, port: int
                "metadata": {"name": name, "namespace": namespace, "labels": {"k8s-app": "metrics-server"}},
                "spec": {"type": "ClusterIP", "ports": [{"name": "https", "port": 443, "protocol": "TCP",
                                                         "targetPort": port}]}}
-    await _put_or_create(http, base, name, service, "spec")
+    await put_or_create(http, base, name, service, "spec")
     slice_name = f"{name}-pyk8s"
     slice_body = {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
@@ -573,7 +573,7 @@ async def ensure_metrics_server(state: State, http: httpx.AsyncClient, port: int
         "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
     }
     slices = f"{state.server}/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
-    await _put_or_create(http, slices, slice_name, slice_body, "endpoints", "ports")
+    await put_or_create(http, slices, slice_name, slice_body, "endpoints", "ports")
     chain = (metrics_server_dir(state) / "apiserver.crt").read_bytes()
     ca = chain[chain.index(b"-----END CERTIFICATE-----") + len(b"-----END CERTIFICATE-----"):].strip() + b"\n"
     apiservice = {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
@@ -581,7 +581,7 @@ async def ensure_metrics_server(state: State, http: httpx.AsyncClient, port: int
                   "spec": {"group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,
                            "versionPriority": 100, "caBundle": base64.b64encode(ca).decode(),
                            "service": {"namespace": namespace, "name": name, "port": 443}}}
-    await _put_or_create(http, f"{state.server}/apis/apiregistration.k8s.io/v1/apiservices", METRICS_APISERVICE,
+    await put_or_create(http, f"{state.server}/apis/apiregistration.k8s.io/v1/apiservices", METRICS_APISERVICE,
                          apiservice, "spec")
     # What metrics-server's manifest ships: reading metrics, aggregated into view, edit and admin.
     reader = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
@@ -591,7 +591,7 @@ async def ensure_metrics_server(state: State, http: httpx.AsyncClient, port: int
                   "rbac.authorization.k8s.io/aggregate-to-admin": "true"}},
               "rules": [{"apiGroups": ["metrics.k8s.io"], "resources": ["pods", "nodes"],
                          "verbs": ["get", "list", "watch"]}]}
-    await _put_or_create(http, f"{state.server}/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    await put_or_create(http, f"{state.server}/apis/rbac.authorization.k8s.io/v1/clusterroles",
                          "system:aggregated-metrics-reader", reader, "rules")
 
 
@@ -605,7 +605,7 @@ async def ensure_default_storage_class(state: State, http: httpx.AsyncClient) ->
         "provisioner": STORAGE_PROVISIONER, "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": "Delete",
         "parameters": {"path": str(storage_dir(state))},
     }
-    await _put_or_create(http, f"{state.server}/apis/storage.k8s.io/v1/storageclasses", STORAGE_CLASS, body)
+    await put_or_create(http, f"{state.server}/apis/storage.k8s.io/v1/storageclasses", STORAGE_CLASS, body)
 
 
 async def ensure_default_classes(state: State, http: httpx.AsyncClient) -> None:
@@ -622,7 +622,7 @@ async def ensure_default_ingress_class(state: State, http: httpx.AsyncClient) ->
         "metadata": {"name": INGRESS_CLASS, "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
         "spec": {"controller": INGRESS_CONTROLLER},
     }
-    await _put_or_create(http, f"{state.server}/apis/networking.k8s.io/v1/ingressclasses", INGRESS_CLASS, body)
+    await put_or_create(http, f"{state.server}/apis/networking.k8s.io/v1/ingressclasses", INGRESS_CLASS, body)
 
 
 def storage_dir(state: State) -> Path:
@@ -630,7 +630,7 @@ def storage_dir(state: State) -> Path:
     return state.root / "storage"
 
 
-async def _put_or_create(http: httpx.AsyncClient, base: str, name: str, body: dict[str, Any],
+async def put_or_create(http: httpx.AsyncClient, base: str, name: str, body: dict[str, Any],
                          *compare: str) -> None:
     current = await _api(http, "GET", f"{base}/{name}")
     if current.status_code == 404:
