@@ -188,15 +188,16 @@ def test_kubelet_bootstraps_its_client_certificate_with_a_bootstrap_token(plane:
 
 
 def aging_certificate(ca: pki.CertKey, node: str) -> tuple[bytes, Any]:
-    """A node client certificate 50 of its 60 minutes old: past every rotation deadline."""
+    """A node client certificate 57 of its 60 minutes old: past every rotation deadline (the latest falls
+    at 90 %, 54 minutes)."""
     key = new_key()
     now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
                                      x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node}")]))
             .issuer_name(ca.cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=50))
-            .not_valid_after(now + datetime.timedelta(minutes=10))
+            .not_valid_before(now - datetime.timedelta(minutes=57))
+            .not_valid_after(now + datetime.timedelta(minutes=3))
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
             .sign(ca.key, hashes.SHA256()))
     return cert.public_bytes(serialization.Encoding.PEM), key
