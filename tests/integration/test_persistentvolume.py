@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from services.client import Client, ClientConfig, NotFound, gvr
@@ -36,9 +38,36 @@ def controller_manager(apiserver: str, workdir: Path) -> Iterator[Proc]:
                "--leader-elect=false", "--log-format", "console",
                "--controllers", "persistentvolume-binder,pvc-protection,pv-protection"],
               workdir / "cm-persistentvolume.log")
+    _wait_until_binding(apiserver)
     yield cm
     cm.stop()
     print(cm.log_tail(80))  # shown by pytest when a test of this module failed
+
+
+def _wait_until_binding(apiserver: str, within: float = 90.0) -> None:
+    """Hold the module until the new controller-manager binds a probe claim, so BINDING_SECONDS times
+    binding alone (a claim bound within it was bound by an event, not the 15 s resync) and not the
+    process's start, which on a loaded machine can take longer."""
+    name = f"cm-probe-{uuid.uuid4().hex[:6]}"
+    with httpx.Client(base_url=apiserver, timeout=10.0) as api:
+        api.post("/api/v1/namespaces", json={"metadata": {"name": name}}).raise_for_status()
+        api.post("/api/v1/persistentvolumes", json={"metadata": {"name": name}, "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": f"/tmp/{name}"}}}).raise_for_status()
+        api.post(f"/api/v1/namespaces/{name}/persistentvolumeclaims", json={"metadata": {"name": name}, "spec": {
+            "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+            "resources": {"requests": {"storage": "1Gi"}}}}).raise_for_status()
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            claim = api.get(f"/api/v1/namespaces/{name}/persistentvolumeclaims/{name}").json()
+            if (claim.get("status") or {}).get("phase") == "Bound":
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"the controller-manager bound no claim within {within} s")
+        api.delete(f"/api/v1/namespaces/{name}/persistentvolumeclaims/{name}")
+        api.delete(f"/api/v1/persistentvolumes/{name}")
+        api.delete(f"/api/v1/namespaces/{name}")
 
 
 @pytest.fixture
