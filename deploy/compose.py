@@ -60,18 +60,19 @@ ROOT = Path("/var/lib/pyk8s")
 API_SERVER = "https://apiserver:6443"
 #: The user the control-plane images run as (deploy/images/pyk8s.Dockerfile creates it).
 RUN_AS = 10001
-HOLLOW = ClientIdentity("hollow-nodes", "system:node:hollow", ("system:nodes",))
+#: One process simulates every hollow node, so it cannot be one node's identity (the Node authorizer and
+#: NodeRestriction would confine it to a node of that name): a user of its own, bound to system:node.
+HOLLOW = ClientIdentity("hollow-nodes", "pyk8s:hollow-nodes")
 #: Identity -> the volume (directory under ROOT) its kubeconfig goes in.
 KUBECONFIG_DIRS = {"scheduler": "scheduler", "controller-manager": "controller-manager",
                    "kube-proxy": "kube-proxy", HOLLOW.name: "hollow"}
 BOOTSTRAP_DIR = ROOT / "node-bootstrap"
 NODE_BOOTSTRAP_GROUP = tokens.DEFAULT_GROUPS[0]
 KUBELET_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
-#: What compose binds on top of upstream's bootstrap policy, as kubeadm's addon phase does: kubelets are
-#: authorized by RBAC alone (there is no Node authorizer), and the controller-manager runs every
-#: controller under its own identity (no --use-service-account-credentials), which needs all of them.
-BINDINGS = (("pyk8s:nodes", "system:node", "Group", "system:nodes"),
-            ("pyk8s:controller-manager", "cluster-admin", "User", "system:kube-controller-manager"))
+#: What compose binds on top of upstream's bootstrap policy, as kubeadm's addon phase does. Real kubelets
+#: need nothing: the Node authorizer and NodeRestriction confine each to its own node, and the
+#: controller-manager runs each controller as its own service account (--use-service-account-credentials).
+BINDINGS = (("pyk8s:hollow-nodes", "system:node", "User", HOLLOW.user),)
 POLL = 0.5
 #: How long a node waits for its certificate, and for its containerd to answer.
 BOOTSTRAP_TIMEOUT = 120.0

@@ -90,7 +90,7 @@ def test_pki_gives_each_component_its_identity_and_keeps_all(tmp_path: Path, mon
     assert _subject(volumes / "scheduler/kubeconfig") == ("system:kube-scheduler", [])
     assert _subject(volumes / "controller-manager/kubeconfig") == ("system:kube-controller-manager", [])
     assert _subject(volumes / "kube-proxy/kubeconfig") == ("system:kube-proxy", [])
-    assert _subject(volumes / "hollow/kubeconfig") == ("system:node:hollow", ["system:nodes"])
+    assert _subject(volumes / "hollow/kubeconfig") == ("pyk8s:hollow-nodes", [])
     admin = host / "admin.conf"
     assert (admin.stat().st_uid, admin.stat().st_mode & 0o777) == (4321, 0o600)
     assert yaml.safe_load(admin.read_text())["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:7443"
