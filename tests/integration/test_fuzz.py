@@ -134,10 +134,11 @@ def fuzz_server(fuzz_etcd: str, workdir: Path) -> Iterator[APIServerProcess]:
 
 
 #: what the apiserver itself writes in the background, as upstream's does: the flowcontrol Dangling
-#: conditions, a CRD's status and a ValidatingAdmissionPolicy's type-checking status after an example
-#: changed one of those objects
+#: conditions, a CRD's status, a ValidatingAdmissionPolicy's type-checking status and an APIService's
+#: Available condition (the availability controller) after an example changed one of those objects
 _BACKGROUND = ("/registry/flowschemas/", "/registry/prioritylevelconfigurations/",
-               "/registry/apiextensions.k8s.io/customresourcedefinitions/", "/registry/validatingadmissionpolicies/")
+               "/registry/apiextensions.k8s.io/customresourcedefinitions/", "/registry/validatingadmissionpolicies/",
+               "/registry/apiregistration.k8s.io/apiservices/")
 
 
 @dataclass
