@@ -17,6 +17,7 @@ import httpx
 import orjson
 
 from apiserver.aggregator.transport import ProxyClientConfig, server_name
+from apiserver.endpoints.handlers.proxy import body_stream, with_forwarded_for
 from services.api import errors
 from services.auth.identity import UserInfo
 from services.client.dialerrors import dial_error
@@ -43,23 +44,7 @@ def _forwarded(scope: Scope, user: UserInfo) -> list[tuple[str, str]]:
         if key in _HOP_BY_HOP or key.startswith(("impersonate-", EXTRA_PREFIX)) or key in (USER_HEADER, GROUP_HEADER):
             continue
         headers.append((key, raw_value.decode("latin-1")))
-    client = scope.get("client")
-    if client:
-        prior = next((v for k, v in headers if k == "x-forwarded-for"), None)
-        headers = [(k, v) for k, v in headers if k != "x-forwarded-for"]
-        headers.append(("x-forwarded-for", f"{prior}, {client[0]}" if prior else client[0]))
-    return headers + identity_headers(user)
-
-
-async def _body(receive: Any) -> Any:
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return
-        if chunk := message.get("body", b""):
-            yield chunk
-        if not message.get("more_body"):
-            return
+    return with_forwarded_for(headers, scope) + identity_headers(user)
 
 
 async def send_status(send: Any, exc: errors.StatusError) -> None:
@@ -80,7 +65,7 @@ async def forward(scope: Scope, receive: Any, send: Any, apiservice: dict[str, A
     has_body = method not in ("GET", "HEAD", "DELETE") or any(
         k in ("content-length", "transfer-encoding") for k, _ in headers)
     client = config.client(apiservice)
-    request = client.build_request(method, url, headers=headers, content=_body(receive) if has_body else None,
+    request = client.build_request(method, url, headers=headers, content=body_stream(receive) if has_body else None,
                                    extensions={"sni_hostname": server_name(apiservice)})
     try:
         response = await client.send(request, stream=True)

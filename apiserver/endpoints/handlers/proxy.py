@@ -414,7 +414,7 @@ async def _read_body(receive: Any) -> bytes:
     return b"".join(chunks)
 
 
-async def _body_stream(receive: Any) -> AsyncIterator[bytes]:
+async def body_stream(receive: Any) -> AsyncIterator[bytes]:
     """The client's request body chunk by chunk, so an upload is never held whole in memory."""
     while True:
         message = await receive()
@@ -435,12 +435,17 @@ def _forwarded_headers(scope: Scope) -> list[tuple[str, str]]:
         if name in _NOT_FORWARDED or name.startswith("impersonate-"):
             continue
         headers.append((name, value.decode("latin-1")))
+    return with_forwarded_for(headers, scope)
+
+
+def with_forwarded_for(headers: list[tuple[str, str]], scope: Scope) -> list[tuple[str, str]]:
+    """`headers` with the client's address appended to X-Forwarded-For, as upstream's proxies do."""
     client = scope.get("client")
-    if client:
-        prior = next((v for k, v in headers if k == "x-forwarded-for"), None)
-        headers = [(k, v) for k, v in headers if k != "x-forwarded-for"]
-        headers.append(("x-forwarded-for", f"{prior}, {client[0]}" if prior else client[0]))
-    return headers
+    if not client:
+        return headers
+    prior = next((v for k, v in headers if k == "x-forwarded-for"), None)
+    return [*((k, v) for k, v in headers if k != "x-forwarded-for"),
+            ("x-forwarded-for", f"{prior}, {client[0]}" if prior else client[0])]
 
 
 async def _forward_http(scope: Scope, receive: Any, send: Any, url: str, config: KubeletClientConfig, *,
@@ -457,7 +462,7 @@ async def _forward_http(scope: Scope, receive: Any, send: Any, url: str, config:
         headers = _forwarded_headers(scope)
         has_body = method not in ("GET", "HEAD") or any(k in ("content-length", "transfer-encoding")
                                                         for k, _ in headers)
-        content: Any = _body_stream(receive) if has_body else None
+        content: Any = body_stream(receive) if has_body else None
     else:
         passed = {"accept", "content-type"}
         headers = [(k.decode(), v.decode()) for k, v in scope.get("headers", []) if k.decode().lower() in passed]
